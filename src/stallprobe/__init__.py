@@ -1,0 +1,40 @@
+"""stallprobe: tell a wedged LLM inference engine from a busy one by token progress.
+
+The pure detector is importable from here; the probe itself is `python3 -m stallprobe` (see cli.py).
+Importing this package loads only the detector and the errors, so library users pay for nothing else.
+"""
+
+from __future__ import annotations
+
+from .detector import (
+    DEFAULT_SATURATION,
+    DEFAULT_WINDOW,
+    Assessment,
+    Sample,
+    State,
+    Verdict,
+    assess,
+    replay,
+    step,
+)
+from .errors import MetricsError, ScrapeError, StallprobeError, StateFileError, UsageError
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DEFAULT_SATURATION",
+    "DEFAULT_WINDOW",
+    "Assessment",
+    "MetricsError",
+    "Sample",
+    "ScrapeError",
+    "StallprobeError",
+    "State",
+    "StateFileError",
+    "UsageError",
+    "Verdict",
+    "__version__",
+    "assess",
+    "replay",
+    "step",
+]

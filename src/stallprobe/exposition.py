@@ -1,0 +1,164 @@
+"""Reading the Prometheus text exposition format 0.0.4, as prometheus_client writes it.
+
+Only the lines of the wanted families are looked at: the page is searched (in C, by bytes.find) for lines
+that start with a wanted name, and just those lines are parsed. A page of many megabytes of histograms
+therefore costs little more than the search. The format guarantees that a raw newline never occurs inside
+a line (label values and HELP texts escape it as backslash-n), so "starts a line" is exact.
+
+A family name matches exactly: the byte after the name must open the label set or be a blank, so
+`vllm:num_requests_running_x` and `vllm:prompt_tokens_created` never count as what they start with.
+"""
+
+from __future__ import annotations
+
+from .errors import MetricsError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+__all__ = ["Series", "find_series", "is_declared", "sum_families"]
+
+# A label set and the sample value: one line of a family.
+Series = tuple[dict[str, str], float]
+
+_BLANKS = b" \t"
+_AFTER_NAME = frozenset(b"{ \t")
+_ESCAPES = {ord("\\"): "\\", ord('"'): '"', ord("n"): "\n"}
+# Types under which a family's own name carries the sample value. A histogram or summary writes its
+# values under _bucket, _sum and _count, so a wanted name declared as one is a mistake, not a zero.
+_VALUE_TYPES = (b"counter", b"gauge", b"untyped", b"unknown")
+
+
+def _line_starts(page: bytes, prefix: bytes) -> Iterable[int]:
+    """Offsets of every line of `page` that starts with `prefix`."""
+    if page.startswith(prefix):
+        yield 0
+    needle = b"\n" + prefix
+    at = page.find(needle)
+    while at >= 0:
+        yield at + 1
+        at = page.find(needle, at + 1)
+
+
+def _line_at(page: bytes, start: int) -> bytes:
+    end = page.find(b"\n", start)
+    line = page[start:] if end < 0 else page[start:end]
+    return line[:-1] if line.endswith(b"\r") else line
+
+
+def _parse_labels(line: bytes, pos: int, name: str) -> tuple[dict[str, str], int]:
+    """Parse `{a="x",b="y"}` starting at the `{` at `pos`; the labels and the offset after the `}`."""
+    labels: dict[str, str] = {}
+    n = len(line)
+    pos += 1
+    while True:
+        while pos < n and line[pos] in _BLANKS:
+            pos += 1
+        if pos < n and line[pos] == ord("}"):
+            return labels, pos + 1
+        eq = line.find(b"=", pos)
+        if eq < 0 or eq + 1 >= n or line[eq + 1] != ord('"'):
+            raise MetricsError(f"{name}: malformed label set in line {_show(line)}")
+        key = line[pos:eq].strip().decode("utf-8", "replace")
+        pos = eq + 2
+        chunks: list[str] = []
+        while True:
+            quote = line.find(b'"', pos)
+            slash = line.find(b"\\", pos, quote if quote >= 0 else n)
+            if quote < 0:
+                raise MetricsError(f"{name}: unterminated label value in line {_show(line)}")
+            if slash < 0:
+                chunks.append(line[pos:quote].decode("utf-8", "replace"))
+                pos = quote + 1
+                break
+            chunks.append(line[pos:slash].decode("utf-8", "replace"))
+            if slash + 1 >= n:
+                raise MetricsError(f"{name}: unterminated label value in line {_show(line)}")
+            escaped = line[slash + 1]
+            # Unknown escapes are kept as written, as Prometheus itself does.
+            chunks.append(_ESCAPES.get(escaped, "\\" + chr(escaped)))
+            pos = slash + 2
+        labels[key] = "".join(chunks)
+        while pos < n and line[pos] in _BLANKS:
+            pos += 1
+        if pos < n and line[pos] == ord(","):
+            pos += 1
+        elif not (pos < n and line[pos] == ord("}")):
+            raise MetricsError(f"{name}: malformed label set in line {_show(line)}")
+
+
+def _show(line: bytes) -> str:
+    """A line, cut short, for an error message (the kubelet keeps at most 10 KiB of probe output)."""
+    text = line[:120].decode("utf-8", "replace")
+    return repr(text + "..." if len(line) > 120 else text)
+
+
+def find_series(page: bytes, name: str) -> list[Series]:
+    """Every sample line of the family `name`: its labels and value. Raises MetricsError on a bad line."""
+    raw = name.encode()
+    found: list[Series] = []
+    for start in _line_starts(page, raw):
+        line = _line_at(page, start)
+        pos = len(raw)
+        if pos < len(line) and line[pos] not in _AFTER_NAME:
+            continue  # a longer name that only starts with this one
+        labels: dict[str, str] = {}
+        if pos < len(line) and line[pos] == ord("{"):
+            labels, pos = _parse_labels(line, pos, name)
+        fields = line[pos:].split()
+        # The value, then an optional timestamp (ignored: the probe times samples by its own clock).
+        if not 1 <= len(fields) <= 2:
+            raise MetricsError(f"{name}: expected a value in line {_show(line)}")
+        try:
+            value = float(fields[0])
+        except ValueError:
+            raise MetricsError(f"{name}: value is not a number in line {_show(line)}") from None
+        found.append((labels, value))
+    return found
+
+
+def _declared_type(page: bytes, name: bytes) -> bytes | None:
+    """The type a `# TYPE name ...` line gives `name`, b"" when only `# HELP` names it, else None."""
+    for start in _line_starts(page, b"# TYPE " + name + b" "):
+        words = _line_at(page, start).split()
+        return words[3] if len(words) > 3 else b"untyped"
+    for _ in _line_starts(page, b"# HELP " + name + b" "):
+        return b""
+    return None
+
+
+def is_declared(page: bytes, name: str) -> bool:
+    """Whether `# TYPE` or `# HELP` declares the family `name` (a labelled metric before its first use).
+
+    Older writers declare a counter by its base name (`# TYPE vllm:prompt_tokens counter`) and write
+    its samples as `vllm:prompt_tokens_total`; that declares `name` too. A wanted name declared as a
+    histogram or summary raises MetricsError: its own name never carries a value.
+    """
+    raw = name.encode()
+    kind = _declared_type(page, raw)
+    if kind is not None:
+        if kind and kind not in _VALUE_TYPES:
+            raise MetricsError(
+                f"{name} is declared as a {kind.decode('ascii', 'replace')}, not a counter or gauge"
+            )
+        return True
+    if raw.endswith(b"_total"):
+        return _declared_type(page, raw[: -len(b"_total")]) == b"counter"
+    return False
+
+
+def sum_families(page: bytes, names: Iterable[str]) -> dict[str, float | None]:
+    """Sum each wanted family across its label sets (several models or engines).
+
+    A family with no samples counts as 0 when it is declared, and is None when the page does not have
+    it at all. Raises MetricsError on a malformed line of a wanted family.
+    """
+    sums: dict[str, float | None] = {}
+    for name in names:
+        series = find_series(page, name)
+        if series:
+            sums[name] = sum(value for _, value in series)
+        else:
+            sums[name] = 0.0 if is_declared(page, name) else None
+    return sums

@@ -1,0 +1,201 @@
+"""Fetching the /metrics page: one HTTP GET on a plain socket, under one deadline for the whole exchange.
+
+Why not urllib or http.client: importing them costs several times what the rest of the probe does (they
+pull in email, ssl helpers and more), and the probe runs every few seconds in every pod, in a container
+whose CPU the engine may be starving. Why one deadline: a server that trickles a byte at a time would
+hold a per-read timeout forever; here every read gets only what is left of `timeout`.
+
+The request is HTTP/1.0 with `Connection: close`, so a conforming server answers with a plain body ended
+by Content-Length or by closing; a chunked or compressed answer is still decoded, for servers that send
+one anyway.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+
+from .errors import ScrapeError
+
+__all__ = ["fetch", "parse_url"]
+
+_HEAD_LIMIT = 64 * 1024  # status line and headers; a real server sends well under 1 KiB
+
+
+def parse_url(url: str) -> tuple[str, int, str]:
+    """Split `http://host[:port]/path` into host, port and path; ValueError says what is wrong."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.lower() != "http":
+        raise ValueError("must be an http:// URL")
+    slash = rest.find("/")
+    hostport, path = (rest, "/") if slash < 0 else (rest[:slash], rest[slash:])
+    path = path.partition("#")[0]
+    if "@" in hostport:
+        raise ValueError("must not carry user information")
+    if hostport.startswith("["):  # [::1]:8000
+        close = hostport.find("]")
+        if close < 0:
+            raise ValueError("has an unclosed [ in its host")
+        host, port_text = hostport[1:close], hostport[close + 1 :]
+        if port_text and not port_text.startswith(":"):
+            raise ValueError("has junk after its [host]")
+        port_text = port_text[1:]
+    else:
+        host, _, port_text = hostport.partition(":")
+    if not host:
+        raise ValueError("has no host")
+    if not port_text:
+        port = 80
+    elif port_text.isdigit() and 0 < int(port_text) < 65536:
+        port = int(port_text)
+    else:
+        raise ValueError(f"has an invalid port {port_text!r}")
+    if any(ch in url for ch in " \r\n\t"):
+        raise ValueError("must not contain blanks or line breaks")
+    return host, port, path
+
+
+def _remaining(deadline: float, what: str, timeout: float) -> float:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise ScrapeError(f"{what}: no complete answer within {timeout:g} s (--timeout)")
+    return left
+
+
+def _dechunk(body: bytes, where: str) -> bytes:
+    """Decode a chunked transfer encoding; ScrapeError when it is cut short or malformed."""
+    out = []
+    pos = 0
+    while True:
+        eol = body.find(b"\r\n", pos)
+        if eol < 0:
+            raise ScrapeError(f"{where}: chunked answer cut short")
+        size_text = body[pos:eol].split(b";", 1)[0].strip()
+        try:
+            size = int(size_text, 16)
+        except ValueError:
+            raise ScrapeError(f"{where}: malformed chunked answer") from None
+        if size == 0:
+            return b"".join(out)
+        start = eol + 2
+        if size < 0 or start + size > len(body):
+            raise ScrapeError(f"{where}: chunked answer cut short")
+        out.append(body[start : start + size])
+        pos = start + size + 2
+
+
+def _decompress(body: bytes, encoding: str, max_bytes: int, where: str) -> bytes:
+    import zlib  # only for servers that compress although the probe asked for identity
+
+    # 47: gzip or zlib header, detected; -15: raw deflate, which some servers send as "deflate".
+    for wbits in (47, -15):
+        decoder = zlib.decompressobj(wbits)
+        try:
+            page = decoder.decompress(body, max_bytes + 1)
+        except zlib.error:
+            continue
+        if len(page) > max_bytes or decoder.unconsumed_tail:
+            raise ScrapeError(f"{where}: page larger than {max_bytes} bytes once decompressed")
+        return page
+    raise ScrapeError(f"{where}: answer claims {encoding} encoding but does not decode")
+
+
+def fetch(url: str, timeout: float, max_bytes: int) -> bytes:
+    """GET `url` and return the body; ScrapeError for anything but a complete 2xx answer in time."""
+    host, port, path = parse_url(url)
+    deadline = time.monotonic() + timeout
+    where = f"scrape {url}"
+    hostport = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    request = (
+        f"GET {path} HTTP/1.0\r\nHost: {hostport}\r\nAccept: text/plain\r\n"
+        "Accept-Encoding: identity\r\nUser-Agent: stallprobe\r\nConnection: close\r\n\r\n"
+    ).encode("latin-1", "replace")
+    data = bytearray()
+    try:
+        with socket.create_connection((host, port), _remaining(deadline, where, timeout)) as sock:
+            sock.settimeout(_remaining(deadline, where, timeout))
+            sock.sendall(request)
+            head_end = -1
+            expected = -1
+            while True:
+                sock.settimeout(_remaining(deadline, where, timeout))
+                chunk = sock.recv(262144)
+                if not chunk:
+                    break
+                data += chunk
+                if head_end < 0:
+                    head_end = data.find(b"\r\n\r\n")
+                    if head_end < 0 and len(data) > _HEAD_LIMIT:
+                        raise ScrapeError(f"{where}: no end of HTTP headers in {_HEAD_LIMIT} bytes")
+                    if head_end >= 0:
+                        expected = _content_length(bytes(data[:head_end]), where)
+                if head_end >= 0 and len(data) - head_end - 4 > max_bytes:
+                    raise ScrapeError(f"{where}: page larger than {max_bytes} bytes")
+                if 0 <= expected <= len(data) - head_end - 4:
+                    break  # the whole body is here; no need to wait for the close
+    except ScrapeError:
+        raise
+    except ConnectionRefusedError:
+        raise ScrapeError(f"{where}: connection refused (is the engine up on {hostport}?)") from None
+    except socket.timeout:
+        raise ScrapeError(f"{where}: no complete answer within {timeout:g} s (--timeout)") from None
+    except ConnectionResetError:
+        raise ScrapeError(f"{where}: connection reset by the server") from None
+    except OSError as exc:
+        raise ScrapeError(f"{where}: {exc.strerror or exc}") from None
+    return _body(bytes(data), where, max_bytes)
+
+
+def _content_length(head: bytes, where: str) -> int:
+    """The Content-Length header's value, or -1 when absent (or when chunked overrides it)."""
+    length = -1
+    for line in head.split(b"\r\n")[1:]:
+        key, _, value = line.partition(b":")
+        key = key.strip().lower()
+        if key == b"transfer-encoding" and b"chunked" in value.lower():
+            return -1
+        if key == b"content-length":
+            text = value.strip()
+            if not text.isdigit():
+                raise ScrapeError(f"{where}: invalid Content-Length {text[:40]!r}")
+            length = int(text)
+    return length
+
+
+def _body(data: bytes, where: str, max_bytes: int) -> bytes:
+    head_end = data.find(b"\r\n\r\n")
+    if not data.startswith(b"HTTP/") or head_end < 0:
+        if not data:
+            raise ScrapeError(f"{where}: the server closed the connection without an answer")
+        raise ScrapeError(f"{where}: not an HTTP answer")
+    head = data[:head_end]
+    body = data[head_end + 4 :]
+    lines = head.split(b"\r\n")
+    status = lines[0].split(None, 2)
+    if len(status) < 2 or not status[1].isdigit():
+        raise ScrapeError(f"{where}: malformed HTTP status line")
+    code = int(status[1])
+    reason = status[2].decode("latin-1").strip() if len(status) > 2 else ""
+    headers = {}
+    for line in lines[1:]:
+        key, _, value = line.partition(b":")
+        headers[key.strip().lower().decode("latin-1")] = value.strip().decode("latin-1")
+    if not 200 <= code < 300:
+        hint = ""
+        if 300 <= code < 400:
+            hint = f" (redirect to {headers.get('location', '?')[:200]} not followed)"
+        raise ScrapeError(f"{where}: HTTP {code} {reason}{hint}".rstrip())
+    if "chunked" in headers.get("transfer-encoding", "").lower():
+        body = _dechunk(body, where)
+    else:
+        length = _content_length(head, where)
+        if length >= 0:
+            if len(body) < length:
+                raise ScrapeError(f"{where}: connection closed after {len(body)} of {length} bytes")
+            body = body[:length]
+    encoding = headers.get("content-encoding", "identity").lower()
+    if encoding in ("gzip", "x-gzip", "deflate"):
+        body = _decompress(body, encoding, max_bytes, where)
+    elif encoding not in ("", "identity"):
+        raise ScrapeError(f"{where}: unsupported Content-Encoding {encoding[:40]!r}")
+    return body

@@ -1,0 +1,131 @@
+"""The state file: the detector's memory between two probe runs.
+
+Format: UTF-8 text, one `key value` per line, the first line `stallprobe-state 1`. Not JSON because the
+json module pulls in `re` and costs a quarter of the interpreter's own start on every probe run; the
+state is a handful of numbers, and this format is just as easy to read by eye (`cat` the file).
+
+Safety: the file lives in a shared temp folder, so it is read without following a symlink, capped in
+size, and replaced atomically (a private temporary file in the same folder, then os.replace): a reader
+never sees half a file, and 16 probes started at once leave one valid file. Content that does not parse
+is not an error: it restarts the baseline and is overwritten. Only an I/O failure is (StateFileError).
+"""
+
+from __future__ import annotations
+
+import binascii
+import errno
+import os
+
+from .detector import State
+from .errors import StateFileError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+__all__ = ["FORMAT", "default_path", "load", "read_boot_id", "save"]
+
+FORMAT = "stallprobe-state 1"
+_MAX_SIZE = 64 * 1024  # a valid file is ~200 bytes; anything far larger is not ours
+_BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-")
+_HINT = "mount an emptyDir at /tmp or point --state-file elsewhere"
+
+
+def read_boot_id() -> str:
+    """This boot's id (Linux), or "" where the kernel does not say. Monotonic time is per boot."""
+    try:
+        with open(_BOOT_ID_PATH, "rb") as f:
+            return f.read(100).decode("ascii", "replace").strip()
+    except OSError:
+        return ""
+
+
+def default_path(url: str, environ: Mapping[str, str]) -> str:
+    """A file in the temp folder named after the URL, so two probes of two ports never share state."""
+    folder = environ.get("TMPDIR") or environ.get("TEMP") or environ.get("TMP") or "/tmp"
+    readable = "".join(ch if ch in _SAFE else "_" for ch in url.partition("://")[2])[:80]
+    # The CRC keeps names unique where replacing characters with "_" would make two URLs collide.
+    crc = binascii.crc32(url.encode("utf-8", "replace"))
+    return os.path.join(folder, f"stallprobe-{readable}-{crc:08x}.state")
+
+
+def _parse(text: str, boot_id: str) -> tuple[State | None, str]:
+    lines = text.split("\n")
+    if lines[0] != FORMAT:
+        if lines[0].startswith("stallprobe-state "):
+            return None, f"state file has unknown version {lines[0][17:27]!r}"
+        return None, "state file is not a stallprobe state"
+    fields: dict[str, object] = {}
+    for line in lines[1:]:
+        if not line:
+            continue
+        key, _, value = line.partition(" ")
+        if key == "boot_id":
+            fields[key] = value
+        else:
+            try:
+                fields[key] = None if value == "none" else float(value)
+            except ValueError:
+                return None, f"state file has a bad value for {key[:40]!r}"
+    if fields.get("boot_id", "") != boot_id:
+        return None, "state file is from another boot"
+    try:
+        return State.from_dict(fields), ""
+    except ValueError as exc:
+        return None, f"state file is invalid ({exc})"
+
+
+def load(path: str, boot_id: str) -> tuple[State | None, str]:
+    """The saved state, or None and why there is none ("" for a first run). Bad content is not an
+    error; a file that exists but cannot be read is (StateFileError)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        return None, ""
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return None, "state file is a symlink (not followed)"
+        raise StateFileError(f"state file {path} cannot be read: {exc.strerror}; {_HINT}") from None
+    try:
+        with os.fdopen(fd, "rb") as f:
+            data = f.read(_MAX_SIZE + 1)
+    except OSError as exc:
+        raise StateFileError(f"state file {path} cannot be read: {exc.strerror}; {_HINT}") from None
+    if len(data) > _MAX_SIZE:
+        return None, "state file is too large to be a stallprobe state"
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None, "state file is not text"
+    return _parse(text, boot_id)
+
+
+def _render(state: State, boot_id: str) -> bytes:
+    lines = [FORMAT, f"boot_id {boot_id}"]
+    for key, value in state.to_dict().items():
+        # repr() of a float reads back to the same float, so a round trip never moves a counter.
+        lines.append(f"{key} {'none' if value is None else repr(value)}")
+    return ("\n".join(lines) + "\n").encode("utf-8")
+
+
+def save(path: str, state: State, boot_id: str) -> None:
+    """Write `state` atomically; StateFileError when the folder is read-only, full or missing."""
+    folder, name = os.path.split(path)
+    tmp = os.path.join(folder, f".{name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(tmp, flags, 0o600)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(_render(state, boot_id))
+            # rename() replaces a symlink planted at `path` instead of writing through it.
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+    except OSError as exc:
+        raise StateFileError(f"state file {path} cannot be written: {exc.strerror}; {_HINT}") from None

@@ -1,0 +1,315 @@
+"""The detector as a table of scenarios: samples in, verdicts out. One row per rule or case."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from stallprobe import (
+    DEFAULT_SATURATION,
+    DEFAULT_WINDOW,
+    Sample,
+    State,
+    Verdict,
+    assess,
+    replay,
+    step,
+)
+
+B, IDL, P, SAT, SUS, ST = (
+    Verdict.BASELINE,
+    Verdict.IDLE,
+    Verdict.PROGRESSING,
+    Verdict.SATURATED,
+    Verdict.SUSPECT,
+    Verdict.STALLED,
+)
+
+
+def S(running: float, gen: float, prompt: float, t: float, waiting: float = 0.0) -> Sample:
+    return Sample(running, gen, prompt, t, waiting)
+
+
+# (name, window, samples, expected verdicts)
+SCENARIOS: list[tuple[str, float, list[Sample], list[Verdict]]] = [
+    # --- the feature request's four cases
+    (
+        "idle_never_fails",
+        120,
+        [S(0, 500, 900, t) for t in range(0, 3601, 600)],
+        [B, IDL, IDL, IDL, IDL, IDL, IDL],
+    ),
+    (
+        "steady_progress_never_fails",
+        120,
+        [S(4, 100 * k, 50 * k, 10.0 * k) for k in range(40)],
+        [B] + [P] * 39,
+    ),
+    (
+        "frozen_fails_only_after_the_window",
+        120,
+        [S(21, 900, 400, t) for t in (0, 10, 60, 119, 120, 134)],
+        [B, SUS, SUS, SUS, ST, ST],
+    ),
+    (
+        "long_prefill_is_not_a_stall",
+        120,
+        [S(1, 0, 8192 * k, 60.0 * k) for k in range(10)],
+        [B] + [P] * 9,
+    ),
+    (
+        "generation_only_progress_is_not_a_stall",
+        120,
+        [S(3, 10 * k, 512, 60.0 * k) for k in range(10)],
+        [B] + [P] * 9,
+    ),
+    # --- baseline: no history, the clock went back, a counter went down; the stall clock restarts
+    (
+        "clock_going_back_restarts_the_baseline",
+        120,
+        [S(5, 100, 10, 1000), S(5, 100, 10, 1100), S(5, 100, 10, 50), S(5, 100, 10, 150), S(5, 100, 10, 170)],
+        [B, SUS, B, SUS, ST],
+    ),
+    (
+        "generation_counter_reset_is_a_restart_not_a_stall",
+        120,
+        [S(5, 9000, 100, 0), S(5, 9000, 100, 100), S(5, 3, 100, 200), S(5, 3, 100, 250)],
+        [B, SUS, B, SUS],
+    ),
+    (
+        "prompt_counter_reset_is_a_restart_not_a_stall",
+        120,
+        [S(5, 90, 9000, 0), S(5, 90, 9000, 100), S(5, 90, 7, 200), S(5, 90, 7, 250)],
+        [B, SUS, B, SUS],
+    ),
+    # --- the stall clock's start
+    (
+        "idle_then_wedged_is_judged_from_first_seen_busy",
+        120,
+        [S(0, 50, 50, 0), S(0, 50, 50, 3600), S(2, 50, 50, 3610), S(2, 50, 50, 3700), S(2, 50, 50, 3730)],
+        [B, IDL, SUS, SUS, ST],
+    ),
+    (
+        "stall_clock_starts_at_the_last_busy_sample",
+        120,
+        [S(2, 0, 0, 0), S(2, 10, 0, 10), S(2, 10, 0, 100), S(2, 10, 0, 130)],
+        [B, P, SUS, ST],
+    ),
+    (
+        "busy_from_the_baseline_counts_from_the_baseline",
+        120,
+        [S(2, 10, 10, 0), S(2, 10, 10, 119.5), S(2, 10, 10, 120)],
+        [B, SUS, ST],
+    ),
+    # --- queue depth: saturated when moving, never an excuse when frozen
+    (
+        "saturated_is_alive",
+        120,
+        [S(12, 10 * k, 100 * k, 30.0 * k, 99) for k in range(8)],
+        [B] + [SAT] * 7,
+    ),
+    (
+        "deep_queue_while_frozen_is_stalled",
+        120,
+        [S(12, 700, 9000, t, 99) for t in (0, 60, 121)],
+        [B, SUS, ST],
+    ),
+    (
+        "waiting_below_threshold_is_progressing",
+        120,
+        [S(3, 0, 0, 0, 0.5), S(3, 1, 0, 1, 0.5)],
+        [B, P],
+    ),
+    (
+        "waiting_at_threshold_is_saturated",
+        120,
+        [S(3, 0, 0, 0, 1), S(3, 1, 0, 1, 1)],
+        [B, SAT],
+    ),
+    # --- a stall clears
+    (
+        "stall_clears_on_progress",
+        120,
+        [S(4, 5, 5, 0), S(4, 5, 5, 130), S(4, 6, 5, 140), S(4, 6, 5, 150), S(4, 6, 5, 259), S(4, 6, 5, 260)],
+        [B, ST, P, SUS, SUS, ST],
+    ),
+    (
+        "stall_clears_on_idle",
+        120,
+        [S(4, 5, 5, 0), S(4, 5, 5, 130), S(0, 5, 5, 140), S(1, 5, 5, 150), S(1, 5, 5, 200)],
+        [B, ST, IDL, SUS, SUS],
+    ),
+    (
+        "idle_with_moving_counters_is_idle",
+        120,
+        [S(0, 0, 0, 0), S(0, 10, 20, 10)],
+        [B, IDL],
+    ),
+    (
+        "suspect_clock_survives_running_changes",
+        120,
+        [S(4, 5, 5, 0), S(9, 5, 5, 60), S(2, 5, 5, 125)],
+        [B, SUS, ST],
+    ),
+    (
+        "same_instant_is_not_a_clock_going_back",
+        120,
+        [S(4, 5, 5, 100), S(4, 5, 5, 100)],
+        [B, SUS],
+    ),
+    (
+        "short_window",
+        2,
+        [S(1, 0, 0, 0), S(1, 0, 0, 1), S(1, 0, 0, 2)],
+        [B, SUS, ST],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("window", "samples", "expected"), [s[1:] for s in SCENARIOS], ids=[s[0] for s in SCENARIOS]
+)
+def test_scenario(window: float, samples: list[Sample], expected: list[Verdict]) -> None:
+    assert len(samples) == len(expected)
+    assert replay(samples, window) == expected
+
+
+def test_scenarios_are_unique_and_present() -> None:
+    assert SCENARIOS
+    names = [s[0] for s in SCENARIOS]
+    assert len(names) == len(set(names))
+
+
+def test_stalled_for_counts_from_the_clock_start() -> None:
+    first = assess(None, S(3, 1, 1, 10))
+    assert first.stalled_for == 0
+    second = assess(first.state, S(3, 1, 1, 40))
+    assert second.verdict is SUS
+    assert second.stalled_for == 30
+    assert second.state.stall_since == 10
+    third = assess(second.state, S(3, 1, 1, 200))
+    assert (third.verdict, third.stalled_for) == (ST, 190)
+    moving = assess(third.state, S(3, 2, 1, 210))
+    assert (moving.stalled_for, moving.state.stall_since) == (0, None)
+
+
+def test_baseline_says_why() -> None:
+    assert assess(None, S(1, 1, 1, 0)).reason == "no history"
+    state = State(S(1, 5, 5, 10), stall_since=0)
+    assert "clock" in assess(state, S(1, 5, 5, 9)).reason
+    assert "went down" in assess(state, S(1, 4, 5, 11)).reason
+    assert "went down" in assess(state, S(1, 5, 4, 11)).reason
+    assert assess(state, S(1, 6, 5, 11)).reason == ""
+
+
+def test_baseline_restarts_the_stall_clock() -> None:
+    state = State(S(1, 5, 5, 100), stall_since=0)
+    for sample in (S(1, 5, 5, 50), S(1, 4, 5, 200), S(1, 5, 4, 200)):
+        verdict, after = step(state, sample)
+        assert verdict is B
+        assert after == State(sample)
+
+
+def test_saturation_threshold_is_a_parameter() -> None:
+    state = State(S(2, 0, 0, 0))
+    assert step(state, S(2, 1, 0, 1, waiting=5), saturation=6)[0] is P
+    assert step(state, S(2, 1, 0, 1, waiting=6), saturation=6)[0] is SAT
+    assert replay([S(2, 0, 0, 0, 1), S(2, 1, 0, 1, 1)], saturation=2) == [B, P]
+
+
+def test_defaults_are_the_documented_ones() -> None:
+    assert DEFAULT_WINDOW == 120
+    assert DEFAULT_SATURATION == 1
+    assert replay([S(1, 0, 0, 0), S(1, 0, 0, 119.9), S(1, 0, 0, 120)]) == [B, SUS, ST]
+    assert replay([S(1, 0, 0, 0), S(1, 1, 0, 1, waiting=1)]) == [B, SAT]
+
+
+def test_step_never_mutates_its_inputs() -> None:
+    state = State(S(2, 3, 4, 5, 6), stall_since=1)
+    sample = S(2, 3, 4, 50, 6)
+    before_state, before_sample = repr(state), repr(sample)
+    step(state, sample)
+    assert (repr(state), repr(sample)) == (before_state, before_sample)
+
+
+def test_verdict_values_are_the_documented_strings() -> None:
+    assert [v.value for v in Verdict] == [
+        "baseline",
+        "idle",
+        "progressing",
+        "saturated",
+        "suspect",
+        "stalled",
+    ]
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+@pytest.mark.parametrize("field", range(5))
+def test_non_finite_sample_is_refused(bad: float, field: int) -> None:
+    values = [1.0, 2.0, 3.0, 4.0, 5.0]
+    values[field] = bad
+    with pytest.raises(ValueError, match="finite"):
+        Sample(*values)
+
+
+@pytest.mark.parametrize(
+    ("window", "saturation"), [(0, 1), (-1, 1), (math.nan, 1), (120, 0), (120, math.nan)]
+)
+def test_invalid_parameters_are_refused(window: float, saturation: float) -> None:
+    with pytest.raises(ValueError, match="must be > 0"):
+        step(None, S(1, 1, 1, 1), window, saturation)
+
+
+def test_sample_positional_order_and_default_waiting() -> None:
+    sample = Sample(1, 2, 3, 4)
+    assert (sample.running, sample.generation, sample.prompt, sample.t, sample.waiting) == (1, 2, 3, 4, 0)
+    assert sample == Sample(1.0, 2.0, 3.0, 4.0, 0.0)
+    assert sample != Sample(1, 2, 3, 4, 1)
+    assert sample != (1, 2, 3, 4, 0)
+    assert repr(sample) == "Sample(running=1.0, generation=2.0, prompt=3.0, t=4.0, waiting=0.0)"
+
+
+STATES = [
+    State(S(1, 2, 3, 4, 5)),
+    State(S(21, 9.5e6, 3.675428e06, 1234.5678, 99), stall_since=1000.25),
+    State(S(0, 0, 0, 0)),
+]
+
+
+@pytest.mark.parametrize("state", STATES, ids=repr)
+def test_state_round_trips_through_a_json_able_dict(state: State) -> None:
+    import json
+
+    data = json.loads(json.dumps(state.to_dict()))
+    assert State.from_dict(data) == state
+    assert set(data) == {"running", "generation", "prompt", "t", "waiting", "stall_since"}
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {},
+        {"running": 1, "generation": 2, "prompt": 3, "t": 4},
+        {"running": "1", "generation": 2, "prompt": 3, "t": 4, "waiting": 0},
+        {"running": True, "generation": 2, "prompt": 3, "t": 4, "waiting": 0},
+        {"running": 1, "generation": 2, "prompt": 3, "t": 4, "waiting": 0, "stall_since": "x"},
+        {"running": 1, "generation": 2, "prompt": 3, "t": 4, "waiting": 0, "stall_since": False},
+        {"running": 1, "generation": 2, "prompt": 3, "t": 4, "waiting": 0, "stall_since": math.nan},
+        {"running": 1, "generation": 2, "prompt": 3, "t": 4, "waiting": 0, "stall_since": 5},
+        {"running": math.inf, "generation": 2, "prompt": 3, "t": 4, "waiting": 0},
+    ],
+)
+def test_state_from_a_bad_dict_is_a_value_error(data: dict[str, object]) -> None:
+    with pytest.raises(ValueError):  # noqa: PT011 - several messages, one contract: ValueError
+        State.from_dict(data)
+
+
+def test_state_equality_and_repr() -> None:
+    a = State(S(1, 2, 3, 4), stall_since=2)
+    assert a == State(S(1, 2, 3, 4), stall_since=2)
+    assert a != State(S(1, 2, 3, 4))
+    assert a != State(S(1, 2, 3, 5), stall_since=2)
+    assert a != "state"
+    assert repr(a) == f"State(last={S(1, 2, 3, 4)!r}, stall_since=2)"
+    assert "stalled_for=0.0" in repr(assess(None, S(1, 2, 3, 4)))
