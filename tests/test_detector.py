@@ -167,9 +167,7 @@ SCENARIOS: list[tuple[str, float, list[Sample], list[Verdict]]] = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("window", "samples", "expected"), [s[1:] for s in SCENARIOS], ids=[s[0] for s in SCENARIOS]
-)
+@pytest.mark.parametrize(("window", "samples", "expected"), [s[1:] for s in SCENARIOS], ids=[s[0] for s in SCENARIOS])
 def test_scenario(window: float, samples: list[Sample], expected: list[Verdict]) -> None:
     assert len(samples) == len(expected)
     assert replay(samples, window) == expected
@@ -253,9 +251,7 @@ def test_non_finite_sample_is_refused(bad: float, field: int) -> None:
         Sample(*values)
 
 
-@pytest.mark.parametrize(
-    ("window", "saturation"), [(0, 1), (-1, 1), (math.nan, 1), (120, 0), (120, math.nan)]
-)
+@pytest.mark.parametrize(("window", "saturation"), [(0, 1), (-1, 1), (math.nan, 1), (120, 0), (120, math.nan)])
 def test_invalid_parameters_are_refused(window: float, saturation: float) -> None:
     with pytest.raises(ValueError, match="must be > 0"):
         step(None, S(1, 1, 1, 1), window, saturation)

@@ -67,9 +67,7 @@ OPTIONS = (
 )
 
 _VALUE_FLAGS = {flag for flag, _, metavar, _, _ in OPTIONS if metavar}
-_USAGE = (
-    "usage: stallprobe [--url URL] [--window S] [--timeout S] [--state-file PATH] [--saturation N] [--json]"
-)
+_USAGE = "usage: stallprobe [--url URL] [--window S] [--timeout S] [--state-file PATH] [--saturation N] [--json]"
 
 
 def help_text() -> str:

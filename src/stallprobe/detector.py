@@ -74,9 +74,7 @@ class Sample:
     t: float
     waiting: float
 
-    def __init__(
-        self, running: float, generation: float, prompt: float, t: float, waiting: float = 0.0
-    ) -> None:
+    def __init__(self, running: float, generation: float, prompt: float, t: float, waiting: float = 0.0) -> None:
         values = (running, generation, prompt, t, waiting)
         for name, value in zip(_FIELDS, values):
             # A NaN compares false both ways, so a NaN counter would read as "frozen" and fake a stall.
@@ -166,10 +164,7 @@ class Assessment:
         self.stalled_for = stalled_for
 
     def __repr__(self) -> str:
-        return (
-            f"Assessment({self.verdict}, {self.state!r}, reason={self.reason!r}, "
-            f"stalled_for={self.stalled_for!r})"
-        )
+        return f"Assessment({self.verdict}, {self.state!r}, reason={self.reason!r}, stalled_for={self.stalled_for!r})"
 
 
 def assess(
@@ -189,9 +184,7 @@ def assess(
     if sample.t < prev.t:
         return Assessment(Verdict.BASELINE, State(sample), "the clock went backwards", 0.0)
     if sample.generation < prev.generation or sample.prompt < prev.prompt:
-        return Assessment(
-            Verdict.BASELINE, State(sample), "a token counter went down (engine restarted)", 0.0
-        )
+        return Assessment(Verdict.BASELINE, State(sample), "a token counter went down (engine restarted)", 0.0)
     if sample.running <= 0:
         return Assessment(Verdict.IDLE, State(sample), "", 0.0)
     if sample.generation > prev.generation or sample.prompt > prev.prompt:

@@ -58,10 +58,13 @@ def _parse_labels(line: bytes, pos: int, name: str) -> tuple[dict[str, str], int
         if pos < n and line[pos] == ord("}"):
             return labels, pos + 1
         eq = line.find(b"=", pos)
-        if eq < 0 or eq + 1 >= n or line[eq + 1] != ord('"'):
+        open_quote = eq + 1
+        while 0 < open_quote < n and line[open_quote] in _BLANKS:
+            open_quote += 1
+        if eq < 0 or open_quote >= n or line[open_quote] != ord('"'):
             raise MetricsError(f"{name}: malformed label set in line {_show(line)}")
         key = line[pos:eq].strip().decode("utf-8", "replace")
-        pos = eq + 2
+        pos = open_quote + 1
         chunks: list[str] = []
         while True:
             quote = line.find(b'"', pos)
@@ -139,9 +142,7 @@ def is_declared(page: bytes, name: str) -> bool:
     kind = _declared_type(page, raw)
     if kind is not None:
         if kind and kind not in _VALUE_TYPES:
-            raise MetricsError(
-                f"{name} is declared as a {kind.decode('ascii', 'replace')}, not a counter or gauge"
-            )
+            raise MetricsError(f"{name} is declared as a {kind.decode('ascii', 'replace')}, not a counter or gauge")
         return True
     if raw.endswith(b"_total"):
         return _declared_type(page, raw[: -len(b"_total")]) == b"counter"

@@ -64,7 +64,7 @@ def _remaining(deadline: float, what: str, timeout: float) -> float:
 
 def _dechunk(body: bytes, where: str) -> bytes:
     """Decode a chunked transfer encoding; ScrapeError when it is cut short or malformed."""
-    out = []
+    out: list[bytes] = []
     pos = 0
     while True:
         eol = body.find(b"\r\n", pos)

@@ -1,0 +1,109 @@
+"""Shared test helpers: real fixture pages, and pages written by prometheus_client itself."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+
+REPO = Path(__file__).resolve().parents[1]
+# The captured real pages live in the project's shared folder, beside the repository (CI lays it there).
+FIXTURES = Path(os.environ.get("STALLPROBE_FIXTURES", REPO.parent / "shared" / "fixtures" / "real"))
+
+
+def fixture_page(name: str) -> bytes:
+    path = FIXTURES / name
+    if not path.is_file():
+        pytest.fail(f"fixture {path} is missing: set STALLPROBE_FIXTURES to the shared fixtures/real folder")
+    return path.read_bytes()
+
+
+def vllm_page(  # noqa: PLR0917 - the detector's own positional order, as Sample takes it
+    running: float,
+    generation: float,
+    prompt: float,
+    waiting: float | None = 0.0,
+    engines: int = 1,
+    model: str = "meta-llama/Llama-3.1-8B-Instruct",
+) -> bytes:
+    """A /metrics page written by prometheus_client, with vLLM V1's names and labels.
+
+    The totals are split across `engines` series (data parallelism) so that the sums must be added up.
+    """
+    registry = CollectorRegistry()
+    labels = ["model_name", "engine"]
+    families = [
+        (Gauge, "vllm:num_requests_running", "Number of requests in model execution batches.", running),
+        (Counter, "vllm:generation_tokens", "Number of generation tokens processed.", generation),
+        (Counter, "vllm:prompt_tokens", "Number of prefill tokens processed.", prompt),
+    ]
+    if waiting is not None:
+        families.append((Gauge, "vllm:num_requests_waiting", "Number of requests waiting.", waiting))
+    for kind, name, doc, total in families:
+        metric = kind(name, doc, labels, registry=registry)
+        for engine in range(engines):
+            share = total / engines
+            child = metric.labels(model_name=model, engine=str(engine))
+            if isinstance(child, Gauge):
+                child.set(share)
+            else:
+                child.inc(share)
+    return generate_latest(registry)
+
+
+class RawServer:
+    """A misbehaving HTTP server on loopback: each connection is handed to `behave(conn)` in a thread.
+
+    Every wait inside a behaviour is bounded (`stop` is set at teardown), so no test can hang on it.
+    """
+
+    def __init__(self, behave: Callable[[socket.socket, threading.Event], None]) -> None:
+        self.behave = behave
+        self.stop = threading.Event()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener.settimeout(0.2)
+        self.port = self.listener.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}/metrics"
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                continue
+            threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
+
+    def _handle(self, conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(5)
+            try:
+                conn.recv(65536)  # the request
+                self.behave(conn, self.stop)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(5)
+        self.listener.close()
+
+
+@pytest.fixture
+def raw_server() -> Iterator[Callable[[Callable[[socket.socket, threading.Event], None]], RawServer]]:
+    servers: list[RawServer] = []
+
+    def start(behave: Callable[[socket.socket, threading.Event], None]) -> RawServer:
+        server = RawServer(behave)
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.close()

@@ -1,0 +1,532 @@
+"""The exact command a pod runs, `python3 -m stallprobe ...`, against real HTTP servers on loopback.
+
+Stalls are made without waiting out a real window: the previous sample is written into the state file
+with a time in the past. CLOCK_MONOTONIC is one clock for every process, so the probe in its own
+process reads it exactly as it would have written it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from pytest_httpserver import HTTPServer
+from werkzeug import Request, Response
+
+from conftest import RawServer, fixture_page, vllm_page
+from stallprobe import Sample, State
+from stallprobe.cli import EXIT_MEANINGS, ExitCode, help_text, main
+from stallprobe.statefile import load, read_boot_id, save
+
+Behave = Callable[[socket.socket, threading.Event], None]
+StartRaw = Callable[[Behave], RawServer]
+
+
+def probe(*args: str, env: dict[str, str] | None = None, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    """Run the probe exactly as a kubelet exec probe would, with no STALLPROBE_* from this process."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("STALLPROBE_")}
+    clean.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "stallprobe", *args],
+        capture_output=True,
+        text=True,
+        env=clean,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def one_line(result: subprocess.CompletedProcess[str]) -> str:
+    """The probe's whole output: exactly one line on stdout, nothing on stderr (no traceback)."""
+    assert result.stderr == ""
+    lines = result.stdout.splitlines()
+    assert len(lines) == 1, result.stdout
+    return lines[0]
+
+
+class Engine:
+    """A stub engine: pytest-httpserver serving whatever page the test sets."""
+
+    def __init__(self, server: HTTPServer) -> None:
+        self.page = vllm_page(0, 0, 0)
+        self.status = 200
+        self.content_type = "text/plain; version=0.0.4; charset=utf-8"
+        self.url = server.url_for("/metrics")
+        server.expect_request("/metrics").respond_with_handler(self._handle)
+
+    def _handle(self, request: Request) -> Response:
+        return Response(self.page, status=self.status, content_type=self.content_type)
+
+    def set(self, running: float, generation: float, prompt: float, waiting: float = 0.0) -> None:
+        self.page = vllm_page(running, generation, prompt, waiting)
+
+
+@pytest.fixture
+def engine(httpserver: HTTPServer) -> Engine:
+    return Engine(httpserver)
+
+
+@pytest.fixture
+def state_file(tmp_path: Path) -> str:
+    return str(tmp_path / "probe.state")
+
+
+def remember(path: str, sample: Sample, stall_since: float | None = None) -> None:
+    """Leave a previous sample in the state file, as an earlier probe run would have."""
+    save(path, State(sample, stall_since), read_boot_id())
+
+
+def ago(seconds: float) -> float:
+    return time.monotonic() - seconds
+
+
+# --- the verdicts, through the real command
+
+
+def test_first_run_is_a_baseline(engine: Engine, state_file: str) -> None:
+    engine.set(21, 900, 400)
+    result = probe("--url", engine.url, "--state-file", state_file)
+    assert result.returncode == ExitCode.OK
+    assert one_line(result) == "baseline: 21 running, 0 waiting; first run, progress is judged from the next run"
+    saved, _ = load(state_file, read_boot_id())
+    assert saved is not None
+    assert (saved.last.running, saved.last.generation, saved.last.prompt) == (21, 900, 400)
+
+
+def test_frozen_busy_engine_is_suspect_then_stalled(engine: Engine, state_file: str) -> None:
+    engine.set(21, 900, 400)
+    args = ("--url", engine.url, "--state-file", state_file)
+    assert probe(*args).returncode == ExitCode.OK
+    suspect = probe(*args, "--window", "600")
+    assert suspect.returncode == ExitCode.OK
+    assert re.fullmatch(
+        r"suspect: 21 running, 0 waiting; no token progress for \d\.\d s \(window 600 s\)", one_line(suspect)
+    )
+    time.sleep(0.5)  # the stall clock started at the first run: at least 0.5 s have passed
+    stalled = probe(*args, "--window", "0.4")
+    assert stalled.returncode == ExitCode.STALLED
+    assert one_line(stalled).startswith("stalled: 21 running, 0 waiting; no token progress for ")
+
+
+def test_stalled_line_names_the_time_and_the_window(engine: Engine, state_file: str) -> None:
+    engine.set(21, 900, 400)
+    remember(state_file, Sample(21, 900, 400, ago(134)))
+    result = probe("--url", engine.url, "--state-file", state_file)
+    assert result.returncode == ExitCode.STALLED
+    assert re.fullmatch(
+        r"stalled: 21 running, 0 waiting; no token progress for 13[45] s \(window 120 s\)", one_line(result)
+    )
+
+
+def test_stall_is_not_declared_before_the_window(engine: Engine, state_file: str) -> None:
+    engine.set(21, 900, 400)
+    remember(state_file, Sample(21, 900, 400, ago(100)))
+    result = probe("--url", engine.url, "--state-file", state_file)
+    assert result.returncode == ExitCode.OK
+    assert one_line(result).startswith("suspect: ")
+
+
+def test_progress_clears_a_stall(engine: Engine, state_file: str) -> None:
+    engine.set(4, 1340, 412)
+    then = ago(500)
+    remember(state_file, Sample(4, 1000, 400, then), stall_since=then)
+    result = probe("--url", engine.url, "--state-file", state_file)
+    assert result.returncode == ExitCode.OK
+    assert re.fullmatch(
+        r"progressing: 4 running, 0 waiting; \+12 prompt and \+340 generation tokens in 50\d s",
+        one_line(result),
+    )
+
+
+def test_long_prefill_is_not_a_stall(engine: Engine, state_file: str) -> None:
+    engine.set(1, 0, 131072)
+    remember(state_file, Sample(1, 0, 0, ago(300)))
+    result = probe("--url", engine.url, "--state-file", state_file)
+    assert result.returncode == ExitCode.OK
+    assert one_line(result).startswith("progressing: 1 running, 0 waiting; +131072 prompt and +0 generation")
+
+
+def test_saturated_engine_is_alive_and_says_do_not_restart(engine: Engine, state_file: str) -> None:
+    engine.set(12, 5035, 900, waiting=99)
+    remember(state_file, Sample(12, 5000, 900, ago(200), 80))
+    result = probe("--url", engine.url, "--state-file", state_file)
+    assert result.returncode == ExitCode.OK
+    line = one_line(result)
+    assert line.startswith("saturated: 12 running, 99 waiting; +0 prompt and +35 generation tokens in ")
+    assert line.endswith("; busy, not stuck: do not restart")
+
+
+def test_deep_queue_does_not_excuse_a_frozen_engine(engine: Engine, state_file: str) -> None:
+    engine.set(12, 5000, 900, waiting=99)
+    remember(state_file, Sample(12, 5000, 900, ago(200), 99))
+    result = probe("--url", engine.url, "--state-file", state_file)
+    assert result.returncode == ExitCode.STALLED
+    assert one_line(result).startswith("stalled: 12 running, 99 waiting;")
+
+
+def test_idle_engine_is_never_stalled(engine: Engine, state_file: str) -> None:
+    engine.set(0, 900, 400)
+    remember(state_file, Sample(0, 900, 400, ago(86400)))
+    result = probe("--url", engine.url, "--state-file", state_file, "--window", "1")
+    assert result.returncode == ExitCode.OK
+    assert one_line(result) == "idle: 0 running, 0 waiting"
+
+
+def test_restarted_engine_restarts_the_baseline(engine: Engine, state_file: str) -> None:
+    engine.set(3, 10, 10)
+    then = ago(600)
+    remember(state_file, Sample(3, 90000, 50000, then), stall_since=then)
+    result = probe("--url", engine.url, "--state-file", state_file)
+    assert result.returncode == ExitCode.OK
+    assert one_line(result) == (
+        "baseline: 3 running, 0 waiting; a token counter went down (engine restarted), "
+        "progress is judged from the next run"
+    )
+
+
+def test_state_from_another_boot_restarts_the_baseline(engine: Engine, state_file: str) -> None:
+    engine.set(3, 10, 10)
+    save(state_file, State(Sample(3, 10, 10, ago(600))), "another-boot")
+    result = probe("--url", engine.url, "--state-file", state_file)
+    assert result.returncode == ExitCode.OK
+    assert one_line(result).startswith("baseline: 3 running, 0 waiting; state file is from another boot")
+
+
+def test_real_vllm_page_gives_its_numbers(httpserver: HTTPServer, state_file: str) -> None:
+    httpserver.expect_request("/metrics").respond_with_data(
+        fixture_page("vllm-0.32.0-cpu-busy.prom"), content_type="text/plain; version=0.0.4; charset=utf-8"
+    )
+    result = probe("--url", httpserver.url_for("/metrics"), "--state-file", state_file, "--json")
+    assert result.returncode == ExitCode.OK
+    fields = json.loads(one_line(result))
+    assert fields["verdict"] == "baseline"
+    assert (fields["running"], fields["waiting"], fields["prompt_tokens"], fields["generation_tokens"]) == (
+        4,
+        0,
+        173,
+        907,
+    )
+    assert (fields["stalled_for"], fields["window"]) == (0, 120)
+
+
+def test_json_output_of_a_stall(engine: Engine, state_file: str) -> None:
+    engine.set(21, 900, 400)
+    remember(state_file, Sample(21, 900, 400, ago(134)))
+    result = probe("--url", engine.url, "--state-file", state_file, "--json", "--window", "60")
+    assert result.returncode == ExitCode.STALLED
+    fields = json.loads(one_line(result))
+    assert fields["verdict"] == "stalled"
+    assert 134 <= fields["stalled_for"] < 140
+    assert fields["window"] == 60
+    assert fields["message"].startswith("stalled: 21 running")
+
+
+# --- exit codes for everything that is not a verdict
+
+
+def refuse() -> str:
+    """A loopback port with nothing listening on it."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}/metrics"
+
+
+def test_connection_refused_is_a_scrape_failure(state_file: str) -> None:
+    result = probe("--url", refuse(), "--state-file", state_file)
+    assert result.returncode == ExitCode.SCRAPE
+    assert re.fullmatch(r"error: scrape http://127\.0\.0\.1:\d+/metrics: connection refused .*", one_line(result))
+    assert not os.path.exists(state_file)
+
+
+@pytest.mark.parametrize(("status", "words"), [(500, "HTTP 500"), (404, "HTTP 404"), (401, "HTTP 401")])
+def test_non_2xx_is_a_scrape_failure(engine: Engine, state_file: str, status: int, words: str) -> None:
+    engine.status = status
+    result = probe("--url", engine.url, "--state-file", state_file)
+    assert result.returncode == ExitCode.SCRAPE
+    assert words in one_line(result)
+
+
+def test_redirect_is_not_followed(httpserver: HTTPServer, state_file: str) -> None:
+    httpserver.expect_request("/metrics").respond_with_response(
+        Response(status=302, headers={"Location": "http://example.invalid/metrics"})
+    )
+    result = probe("--url", httpserver.url_for("/metrics"), "--state-file", state_file)
+    assert result.returncode == ExitCode.SCRAPE
+    assert "HTTP 302" in one_line(result)
+    assert "not followed" in one_line(result)
+
+
+def trickle(conn: socket.socket, stop: threading.Event) -> None:
+    conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\n")
+    while not stop.wait(0.1):
+        conn.sendall(b"#")
+
+
+def silence(conn: socket.socket, stop: threading.Event) -> None:
+    stop.wait(10)
+
+
+def reset(conn: socket.socket, stop: threading.Event) -> None:
+    conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 100000\r\n\r\nvllm:num_requests_running 1\n")
+    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+
+
+def cut_short(conn: socket.socket, stop: threading.Event) -> None:
+    conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 1000\r\n\r\nvllm:num_requests_running 1\n")
+
+
+def not_http(conn: socket.socket, stop: threading.Event) -> None:
+    conn.sendall(b"SSH-2.0-OpenSSH_9.2\r\n")
+
+
+def nothing(conn: socket.socket, stop: threading.Event) -> None:
+    return
+
+
+@pytest.mark.parametrize(
+    ("behave", "words"),
+    [
+        (trickle, "no complete answer within 0.5 s"),
+        (silence, "no complete answer within 0.5 s"),
+        (reset, "connection reset|closed after"),
+        (cut_short, "closed after 28 of 1000 bytes"),
+        (not_http, "not an HTTP answer"),
+        (nothing, "closed the connection without an answer"),
+    ],
+)
+def test_misbehaving_server_is_a_scrape_failure_within_the_deadline(
+    raw_server: StartRaw, state_file: str, behave: Behave, words: str
+) -> None:
+    server = raw_server(behave)
+    started = time.monotonic()
+    result = probe("--url", server.url, "--state-file", state_file, "--timeout", "0.5")
+    elapsed = time.monotonic() - started
+    assert result.returncode == ExitCode.SCRAPE
+    assert re.search(words, one_line(result))
+    # The deadline covers connect to last byte: a trickling server cannot hold the probe (the rest of
+    # the allowance is the interpreter's own start on a loaded machine).
+    assert elapsed < 5
+
+
+@pytest.mark.parametrize(
+    ("page", "words"),
+    [
+        (
+            b"<!DOCTYPE html><html><body>It works!</body></html>",
+            "error: not a metrics page: the server sent HTML",
+        ),
+        (b"\x00\x01garbage\xff", "error: not a vllm metrics page: none of "),
+        (
+            vllm_page(1, 2, 3).replace(b"vllm:generation_tokens", b"vllm:other_tokens"),
+            "missing from the page: vllm:generation_tokens_total",
+        ),
+        (b"vllm:num_requests_running{model_name=oops} 1\n", "malformed label set"),
+    ],
+)
+def test_not_a_metrics_page(engine: Engine, state_file: str, page: bytes, words: str) -> None:
+    engine.page = page
+    result = probe("--url", engine.url, "--state-file", state_file)
+    assert result.returncode == ExitCode.METRICS
+    assert words in one_line(result)
+
+
+def test_corrupt_state_restarts_the_baseline_and_is_rewritten(engine: Engine, state_file: str) -> None:
+    engine.set(2, 5, 5)
+    Path(state_file).write_bytes(b"\x00\xffgarbage{")
+    result = probe("--url", engine.url, "--state-file", state_file)
+    assert result.returncode == ExitCode.OK
+    assert one_line(result) == (
+        "baseline: 2 running, 0 waiting; state file is not text, progress is judged from the next run"
+    )
+    saved, why = load(state_file, read_boot_id())
+    assert (saved is not None, why) == (True, "")
+
+
+def test_unwritable_state_file_is_exit_5(engine: Engine, tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    result = probe("--url", engine.url, "--state-file", str(tmp_path / "file" / "probe.state"))
+    assert result.returncode == ExitCode.STATE
+    assert one_line(result).endswith("mount an emptyDir at /tmp or point --state-file elsewhere")
+
+
+def test_directory_at_the_state_path_is_exit_5(engine: Engine, tmp_path: Path) -> None:
+    (tmp_path / "probe.state").mkdir()
+    result = probe("--url", engine.url, "--state-file", str(tmp_path / "probe.state"))
+    assert result.returncode == ExitCode.STATE
+    assert "cannot be read: Is a directory" in one_line(result)
+
+
+def test_sixteen_probes_at_once_leave_a_valid_file(engine: Engine, state_file: str) -> None:
+    engine.set(5, 100, 100)
+    with ThreadPoolExecutor(16) as pool:
+        results = list(pool.map(lambda _: probe("--url", engine.url, "--state-file", state_file), range(16)))
+    assert [r.returncode for r in results] == [0] * 16
+    for result in results:
+        assert re.match(r"(baseline|suspect): 5 running", one_line(result))
+    saved, why = load(state_file, read_boot_id())
+    assert saved is not None
+    assert why == ""
+    assert os.listdir(os.path.dirname(state_file)) == ["probe.state"]  # no temporaries left behind
+
+
+# --- flags and environment
+
+
+def test_environment_variables_configure_the_probe(engine: Engine, state_file: str) -> None:
+    engine.set(21, 900, 400)
+    remember(state_file, Sample(21, 900, 400, ago(50)))
+    env = {
+        "STALLPROBE_URL": engine.url,
+        "STALLPROBE_STATE_FILE": state_file,
+        "STALLPROBE_WINDOW": "30",
+        "STALLPROBE_TIMEOUT": "2",
+        "STALLPROBE_JSON": "1",
+    }
+    result = probe(env=env)
+    assert result.returncode == ExitCode.STALLED
+    assert json.loads(one_line(result))["window"] == 30
+
+
+def test_flags_win_over_the_environment(engine: Engine, state_file: str) -> None:
+    engine.set(21, 900, 400)
+    remember(state_file, Sample(21, 900, 400, ago(50)))
+    env = {"STALLPROBE_URL": refuse(), "STALLPROBE_WINDOW": "30", "STALLPROBE_STATE_FILE": "/nonexistent/x"}
+    result = probe("--url", engine.url, "--window", "300", "--state-file", state_file, env=env)
+    assert result.returncode == ExitCode.OK
+    assert one_line(result).startswith("suspect: ")
+
+
+def test_saturation_threshold_flag(engine: Engine, state_file: str) -> None:
+    engine.set(4, 20, 20, waiting=3)
+    remember(state_file, Sample(4, 10, 20, ago(10)))
+    result = probe("--url", engine.url, "--state-file", state_file, "--saturation", "4")
+    assert one_line(result).startswith("progressing: 4 running, 3 waiting")
+    remember(state_file, Sample(4, 10, 20, ago(10)))
+    result = probe("--url", engine.url, "--state-file", state_file, env={"STALLPROBE_SATURATION": "3"})
+    assert one_line(result).startswith("saturated: 4 running, 3 waiting")
+
+
+def test_default_state_file_is_per_url_in_tmpdir(engine: Engine, tmp_path: Path) -> None:
+    engine.set(1, 1, 1)
+    probe("--url", engine.url, env={"TMPDIR": str(tmp_path)})
+    other = engine.url.replace("/metrics", "/metrics?x=1")
+    probe("--url", other, env={"TMPDIR": str(tmp_path)})
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert len(names) == 2
+    assert all(n.startswith("stallprobe-localhost_") and n.endswith(".state") for n in names)
+
+
+USAGE: list[tuple[list[str], dict[str, str], str]] = [
+    (["--window", "0"], {}, "--window must be a number > 0 (got '0')"),
+    (["--window", "-5"], {}, "--window must be a number > 0 (got '-5')"),
+    (["--window", "soon"], {}, "--window must be a number > 0 (got 'soon')"),
+    (["--window=nan"], {}, "--window must be a number > 0 (got 'nan')"),
+    (["--timeout", "0"], {}, "--timeout must be a number > 0 (got '0')"),
+    (["--timeout", "inf"], {}, "--timeout must be a number > 0 (got 'inf')"),
+    (["--saturation", "0"], {}, "--saturation must be a number > 0 (got '0')"),
+    ([], {"STALLPROBE_WINDOW": "abc"}, "STALLPROBE_WINDOW must be a number > 0 (got 'abc')"),
+    ([], {"STALLPROBE_TIMEOUT": "-1"}, "STALLPROBE_TIMEOUT must be a number > 0 (got '-1')"),
+    ([], {"STALLPROBE_JSON": "maybe"}, "STALLPROBE_JSON must be 1 or 0 (got 'maybe')"),
+    (
+        ["--url", "https://127.0.0.1/metrics"],
+        {},
+        "--url must be an http:// URL (got 'https://127.0.0.1/metrics')",
+    ),
+    (["--url", "127.0.0.1:8000"], {}, "--url must be an http:// URL"),
+    (["--url", "http://:8000/metrics"], {}, "--url has no host"),
+    (["--url", "http://localhost:99999/metrics"], {}, "--url has an invalid port '99999'"),
+    ([], {"STALLPROBE_URL": "ftp://x"}, "STALLPROBE_URL must be an http:// URL"),
+    (["--state-file", ""], {}, "--state-file must not be empty"),
+    (["--window"], {}, "--window needs a value"),
+    (["--json=1"], {}, "--json takes no value"),
+    (["--bogus"], {}, "unknown option '--bogus'"),
+    (["extra"], {}, "unexpected argument 'extra'"),
+]
+
+
+@pytest.mark.parametrize(("argv", "env", "message"), USAGE, ids=[" ".join(u[0]) or str(u[1]) for u in USAGE])
+def test_usage_errors_name_the_flag_and_value(
+    capsys: pytest.CaptureFixture[str], argv: list[str], env: dict[str, str], message: str
+) -> None:
+    assert main(argv, env) == ExitCode.USAGE
+    out = capsys.readouterr().out
+    assert out.startswith("error: " + message)
+    assert out.count("\n") == 1
+
+
+def test_usage_error_through_the_real_command() -> None:
+    result = probe("--window", "0")
+    assert result.returncode == 2
+    assert one_line(result) == "error: --window must be a number > 0 (got '0')"
+
+
+def test_usage_error_in_json() -> None:
+    result = probe("--json", "--timeout", "x")
+    assert result.returncode == ExitCode.USAGE
+    assert json.loads(one_line(result)) == {
+        "verdict": "error",
+        "error": "--timeout must be a number > 0 (got 'x')",
+        "exit_code": 2,
+    }
+
+
+def test_scrape_error_in_json(state_file: str) -> None:
+    result = probe("--url", refuse(), "--state-file", state_file, env={"STALLPROBE_JSON": "true"})
+    fields = json.loads(one_line(result))
+    assert (fields["verdict"], fields["exit_code"], result.returncode) == ("error", 3, 3)
+    assert "connection refused" in fields["error"]
+
+
+def test_help_lists_every_flag_env_and_exit_code() -> None:
+    result = probe("--help")
+    assert result.returncode == ExitCode.OK
+    assert result.stdout == help_text() + "\n"
+    for flag in ("--url", "--window", "--timeout", "--state-file", "--saturation", "--json", "--version"):
+        assert flag in result.stdout
+    for code, meaning in EXIT_MEANINGS.items():
+        assert f"  {code.value}  {meaning}\n" in result.stdout
+
+
+def test_version() -> None:
+    result = probe("--version")
+    assert result.returncode == ExitCode.OK
+    assert re.fullmatch(r"stallprobe \d+\.\d+\.\d+", one_line(result))
+
+
+def test_exit_codes_are_the_documented_numbers() -> None:
+    assert [(c.name, c.value) for c in ExitCode] == [
+        ("OK", 0),
+        ("STALLED", 1),
+        ("USAGE", 2),
+        ("SCRAPE", 3),
+        ("METRICS", 4),
+        ("STATE", 5),
+    ]
+    assert list(EXIT_MEANINGS) == list(ExitCode)
+
+
+def test_installed_script_behaves_like_the_module(engine: Engine, state_file: str) -> None:
+    script = Path(sys.executable).parent / "stallprobe"
+    assert script.exists(), "the package must install a `stallprobe` script"
+    engine.set(0, 0, 0)
+    result = subprocess.run(
+        [str(script), "--url", engine.url, "--state-file", state_file],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == ExitCode.OK
+    assert one_line(result).startswith("baseline: 0 running")
+    result = subprocess.run([str(script), "--window", "x"], capture_output=True, text=True, check=False)
+    assert result.returncode == ExitCode.USAGE

@@ -1,0 +1,190 @@
+"""Reading the text exposition format: exact family names, label sets, numbers, real pages."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from conftest import FIXTURES, fixture_page, vllm_page
+from stallprobe import MetricsError, Sample
+from stallprobe.engines import VLLM, read_sample
+from stallprobe.exposition import find_series, is_declared, sum_families
+
+RUN = "vllm:num_requests_running"
+WAIT = "vllm:num_requests_waiting"
+PROMPT = "vllm:prompt_tokens_total"
+GEN = "vllm:generation_tokens_total"
+
+# (name, page, wanted family, expected sum or None when absent)
+PAGES: list[tuple[str, bytes, str, float | None]] = [
+    ("plain", b"m 3\n", "m", 3.0),
+    ("no_trailing_newline", b"a 1\nm 4", "m", 4.0),
+    ("crlf_line_ends", b"a 1\r\nm 4\r\n", "m", 4.0),
+    ("labels_summed", b'm{a="1"} 2\nm{a="2"} 3.5\n', "m", 5.5),
+    ("empty_label_set", b"m{} 7\n", "m", 7.0),
+    ("trailing_comma", b'm{a="1",} 7\n', "m", 7.0),
+    ("blanks_in_label_set", b'm{ a = "1" , b="2" } 7\n', "m", 7.0),
+    ("tab_separator", b"m\t7\n", "m", 7.0),
+    ("comma_and_braces_in_label", b'm{a="x,}{y=\\"z\\"",b="2"} 9\n', "m", 9.0),
+    ("escaped_backslash_before_quote", b'm{a="c:\\\\",b="}"} 9\n', "m", 9.0),
+    ("escaped_newline_in_label", b'm{a="line\\nm 100"} 9\n', "m", 9.0),
+    ("timestamp_ignored", b"m 12 1712345678000\n", "m", 12.0),
+    ("exponent", b"m 1.5e+06\n", "m", 1.5e6),
+    (
+        "exponent_forms",
+        b'm{a="1"} 3.675428e+06\nm{a="2"} 1.0777853952e+010\n',
+        "m",
+        3.675428e6 + 1.0777853952e10,
+    ),
+    ("plus_inf", b"m +Inf\n", "m", math.inf),
+    ("longer_name_is_not_the_family", b"m_x 100\nm 1\nm_total 5\n", "m", 1.0),
+    ("prefix_name_is_not_the_family", b"m 1\n", "mm", None),
+    ("help_text_mentioning_the_name", b"# HELP other m 99 is not a sample\nother 1\n", "m", None),
+    ("name_inside_a_label_value", b'other{a="m 99"} 1\n', "m", None),
+    ("declared_without_samples", b"# HELP m doc\n# TYPE m gauge\n", "m", 0.0),
+    ("only_help", b"# HELP m doc\n", "m", 0.0),
+    ("declared_by_base_name", b"# TYPE m counter\n", "m_total", 0.0),
+    ("base_name_gauge_does_not_declare_total", b"# TYPE m gauge\n", "m_total", None),
+    ("declared_longer_name_is_not_the_family", b"# TYPE m_x gauge\n", "m", None),
+    ("absent", b"other 1\n", "m", None),
+    ("empty_page", b"", "m", None),
+]
+
+
+@pytest.mark.parametrize(("page", "name", "expected"), [p[1:] for p in PAGES], ids=[p[0] for p in PAGES])
+def test_sum_of_a_family(page: bytes, name: str, expected: float | None) -> None:
+    assert sum_families(page, [name]) == {name: expected}
+
+
+def test_pages_table_is_not_empty() -> None:
+    assert PAGES
+
+
+def test_nan_value_is_read_as_nan() -> None:
+    (_, value), *_ = find_series(b"m NaN\n", "m")
+    assert math.isnan(value)
+
+
+def test_labels_are_unescaped() -> None:
+    page = b'm{a="q\\"uote",b="back\\\\slash",c="new\\nline",d="x,}{y",e="\xc3\xa9"} 1\n'
+    assert find_series(page, "m") == [
+        ({"a": 'q"uote', "b": "back\\slash", "c": "new\nline", "d": "x,}{y", "e": "\u00e9"}, 1.0)
+    ]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b'm{a="1" 2\n',
+        b'm{a="1\n',
+        b"m{a=1} 2\n",
+        b'm{a="1"b="2"} 2\n',
+        b"m\n",
+        b"m 1 2 3\n",
+        b"m one\n",
+        b'm{a="1\\',
+    ],
+)
+def test_malformed_line_of_a_wanted_family_names_it(line: bytes) -> None:
+    with pytest.raises(MetricsError, match=r"^m: "):
+        sum_families(b"other 1\n" + line, ["m"])
+
+
+def test_malformed_lines_of_other_families_are_ignored() -> None:
+    assert sum_families(b'junk{{{ "\nm 2\n<html>\n', ["m"]) == {"m": 2.0}
+
+
+@pytest.mark.parametrize("kind", [b"histogram", b"summary"])
+def test_wanted_family_declared_as_histogram_is_an_error(kind: bytes) -> None:
+    page = b"# TYPE m " + kind + b"\nm_sum 3\nm_count 1\n"
+    with pytest.raises(MetricsError, match=f"declared as a {kind.decode()}"):
+        is_declared(page, "m")
+
+
+def test_prometheus_client_page_with_hostile_label_values() -> None:
+    registry = CollectorRegistry()
+    running = Gauge(RUN, "running", ["model_name"], registry=registry)
+    running.labels(model_name='a,"}{\\\nvllm:num_requests_running 1000').set(2)
+    running.labels(model_name="plain").set(3)
+    Histogram("vllm:request_prompt_tokens", "look-alike", registry=registry).observe(5000)
+    Counter("vllm:prompt_tokens_by_source", "look-alike", ["source"], registry=registry).labels("x").inc(7)
+    page = generate_latest(registry)
+    assert sum_families(page, [RUN, PROMPT]) == {RUN: 5.0, PROMPT: None}
+
+
+def test_created_series_never_counts() -> None:
+    page = vllm_page(running=1, generation=10, prompt=20)
+    assert b"vllm:prompt_tokens_created" in page
+    assert sum_families(page, [PROMPT, GEN]) == {PROMPT: 20.0, GEN: 10.0}
+
+
+@pytest.mark.parametrize("engines", [1, 2, 4])
+def test_series_of_several_engines_are_summed(engines: int) -> None:
+    page = vllm_page(running=8, generation=1000, prompt=400, waiting=12, engines=engines)
+    assert read_sample(page, 5.0) == Sample(8, 1000, 400, 5.0, 12)
+
+
+def test_waiting_is_optional() -> None:
+    assert read_sample(vllm_page(3, 10, 20, waiting=None), 1.0) == Sample(3, 10, 20, 1.0, 0)
+
+
+@pytest.mark.parametrize("missing", [RUN, PROMPT, GEN])
+def test_missing_required_family_is_named(missing: str) -> None:
+    page = b"".join(line + b"\n" for line in vllm_page(1, 2, 3).splitlines() if missing.encode() not in line)
+    with pytest.raises(MetricsError, match=f"required metric missing from the page: {missing}$"):
+        read_sample(page, 0.0)
+
+
+def test_html_is_not_a_metrics_page() -> None:
+    with pytest.raises(MetricsError, match="HTML"):
+        read_sample(b"  <!doctype html><html><body>vllm</body></html>", 0.0)
+
+
+@pytest.mark.parametrize("page", [b"", b"\x00\xff\xfe garbage", b"hello world\n"])
+def test_garbage_is_not_a_vllm_page(page: bytes) -> None:
+    with pytest.raises(MetricsError, match="not a vllm metrics page"):
+        read_sample(page, 0.0)
+
+
+@pytest.mark.parametrize("family", [RUN, GEN, PROMPT, WAIT])
+@pytest.mark.parametrize("value", [b"NaN", b"+Inf", b"-Inf"])
+def test_non_finite_value_of_a_used_family_is_an_error(family: str, value: bytes) -> None:
+    lines = [RUN.encode() + b" 1", GEN.encode() + b" 2", PROMPT.encode() + b" 3", WAIT.encode() + b" 0"]
+    page = b"\n".join(
+        line.split(b" ")[0] + b" " + value if line.startswith(family.encode() + b" ") else line for line in lines
+    )
+    with pytest.raises(MetricsError, match=rf"{family} is .*not a finite number"):
+        read_sample(page, 0.0)
+
+
+def test_dialect_names_are_vllms() -> None:
+    assert (VLLM.running, VLLM.waiting, VLLM.prompt, VLLM.generation) == (RUN, WAIT, PROMPT, GEN)
+
+
+# Every real page, with what it must read as (numbers read off the page by hand), or the error.
+REAL: dict[str, Sample | str] = {
+    "vllm-0.32.0-cpu-busy.prom": Sample(4, 907, 173, 0, 0),
+    "vllm-0.32.0-cpu-multiprocess-idle.prom": Sample(0, 0, 0, 0, 0),
+    "vllm-v1-ahasannn-hwrouter-f7a8250.prom": Sample(0, 0, 0, 0, 0),
+    "vllm-v1-inferstack-0.29.0-651cd61.prom": Sample(0, 584, 530, 0, 0),
+    "vllm-v1-lmswitch-f5803ce.prom": Sample(0, 44995, 3675428, 0, 0),
+    "vllm-v0-mp-docs-usage-metrics-snippet-044a056.prom": "not a vllm metrics page",
+    "sglang-docs-production-metrics-00b08c4.prom": "not a vllm metrics page",
+    "llamacpp-server-11434-local.prom": "not a vllm metrics page",
+}
+
+
+def test_every_real_fixture_has_an_expectation() -> None:
+    assert sorted(REAL) == sorted(p.name for p in FIXTURES.glob("*.prom"))
+
+
+@pytest.mark.parametrize(("name", "expected"), sorted(REAL.items()))
+def test_real_page(name: str, expected: Sample | str) -> None:
+    page = fixture_page(name)
+    if isinstance(expected, Sample):
+        assert read_sample(page, 0.0) == expected
+    else:
+        with pytest.raises(MetricsError, match=expected):
+            read_sample(page, 0.0)

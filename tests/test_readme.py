@@ -1,0 +1,111 @@
+"""The README's examples and tables are checked against the code, so they cannot drift."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+from stallprobe.cli import EXIT_MEANINGS, OPTIONS
+
+README = (REPO / "README.md").read_text(encoding="utf-8")
+
+
+def blocks(kind: str) -> list[str]:
+    return re.findall(rf"```{kind}\n(.*?)```", README, flags=re.DOTALL)
+
+
+def console_examples() -> list[tuple[str, str, int]]:
+    """(command, output, exit status) for every `$ python3 -m stallprobe` in the console blocks."""
+    examples = []
+    for block in blocks("console"):
+        for match in re.finditer(r"^\$ (python3 -m stallprobe.*)\n((?:[^$].*\n)*)\$ echo \$\?\n(\d+)\n", block, re.M):
+            examples.append((match[1], match[2], int(match[3])))
+    return examples
+
+
+EXAMPLES = console_examples()
+
+
+def test_readme_has_console_examples() -> None:
+    assert len(EXAMPLES) >= 3
+
+
+@pytest.mark.parametrize(("command", "output", "status"), EXAMPLES, ids=[e[0] for e in EXAMPLES])
+def test_console_example_output_is_real(command: str, output: str, status: int) -> None:
+    argv = shlex.split(command)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STALLPROBE_")}
+    result = subprocess.run([sys.executable, *argv[1:]], capture_output=True, text=True, env=env, check=False)
+    assert (result.stdout + result.stderr, result.returncode) == (output, status)
+
+
+LINE_FORMATS = {
+    "baseline": r"baseline: \d+ running, \d+ waiting; .+, progress is judged from the next run",
+    "idle": r"idle: \d+ running, \d+ waiting",
+    "progressing": r"progressing: \d+ running, \d+ waiting; \+\d+ prompt and \+\d+ generation tokens in [\d.]+ s",
+    "saturated": r"saturated: \d+ running, \d+ waiting; \+\d+ prompt and \+\d+ generation tokens in [\d.]+ s; "
+    r"busy, not stuck: do not restart",
+    "suspect": r"suspect: \d+ running, \d+ waiting; no token progress for [\d.]+ s \(window [\d.]+ s\)",
+    "stalled": r"stalled: \d+ running, \d+ waiting; no token progress for [\d.]+ s \(window [\d.]+ s\)",
+}
+
+
+def test_example_verdict_lines_have_the_real_format() -> None:
+    (demo,) = blocks("text")
+    seen = set()
+    for line in demo.splitlines():
+        verdict = line.split(":", 1)[0]
+        assert re.fullmatch(LINE_FORMATS[verdict], line), line
+        seen.add(verdict)
+    assert seen == set(LINE_FORMATS)
+
+
+def test_demo_prints_lines_of_the_same_format_and_ends_stalled() -> None:
+    result = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "demo")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    probe_lines = re.findall(r"^ +probe +\d+ +exit (\d) +(.*)$", result.stdout, re.M)
+    assert len(probe_lines) == 16
+    for code, line in probe_lines:
+        verdict = line.split(":", 1)[0]
+        assert re.fullmatch(LINE_FORMATS[verdict], line), line
+        assert int(code) == (1 if verdict == "stalled" else 0)
+    assert probe_lines[-1][1].startswith("stalled: ")
+
+
+def test_first_lines_are_the_two_newcomer_commands() -> None:
+    first = README.split("\n", 8)[:7]
+    assert first[3].startswith("python3 -m venv .venv && .venv/bin/pip install . && .venv/bin/python scripts/demo")
+    assert first[4].startswith(
+        "python3 -m venv .venv && .venv/bin/pip install -e '.[test]' && .venv/bin/python -m pytest"
+    )
+
+
+def test_exit_code_table_matches_the_code() -> None:
+    for code, meaning in EXIT_MEANINGS.items():
+        assert f"| {code.value} | {meaning} |" in README
+
+
+def test_flag_table_lists_every_flag_and_variable() -> None:
+    for flag, env, metavar, default, _ in OPTIONS:
+        row = f"| `{flag} {metavar}` | `{env}`" if metavar else f"| `{flag}` | `{env}`"
+        assert row in README, row
+        if not default.startswith("$"):
+            assert f"| `{default}` |" in README or f"| {default} |" in README, default
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    ci = (REPO / ".ci" / "run").read_text()
+    assert ".venv/bin/python -m pytest" in ci
+    assert "ruff check" in ci
+    assert "mypy" in ci

@@ -1,0 +1,140 @@
+"""The state file: round trips, corrupt content restarts the baseline, I/O failures are errors."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from stallprobe import Sample, State, StateFileError
+from stallprobe.statefile import FORMAT, default_path, load, read_boot_id, save
+
+BOOT = "0b7a1f9e-1111-2222-3333-444455556666"
+STATE = State(Sample(21, 9.5e6, 3675428, 1234.5678, 99), stall_since=1000.25)
+
+
+def test_round_trip_is_exact(tmp_path: Path) -> None:
+    path = str(tmp_path / "s.state")
+    save(path, STATE, BOOT)
+    assert load(path, BOOT) == (STATE, "")
+    text = Path(path).read_text()
+    assert text.startswith(FORMAT + "\n")
+    assert f"boot_id {BOOT}\n" in text
+
+
+def test_round_trip_without_a_stall_clock(tmp_path: Path) -> None:
+    path = str(tmp_path / "s.state")
+    state = State(Sample(0, 0, 0, 0.1))
+    save(path, state, "")
+    assert load(path, "") == (state, "")
+
+
+def test_missing_file_is_a_first_run(tmp_path: Path) -> None:
+    assert load(str(tmp_path / "absent"), BOOT) == (None, "")
+
+
+# (name, file content, words the reason must contain)
+CORRUPT: list[tuple[str, bytes, str]] = [
+    ("empty", b"", "not a stallprobe state"),
+    ("garbage", b"\x00\xff\x00garbage", "not text"),
+    ("json", b'{"running": 1}', "not a stallprobe state"),
+    ("newer_version", b"stallprobe-state 99\nboot_id x\n", "unknown version '99'"),
+    (
+        "truncated",
+        FORMAT.encode() + b"\nboot_id " + BOOT.encode() + b"\nrunning 4.0\ngeneration 9",
+        "invalid",
+    ),
+    ("bad_number", FORMAT.encode() + b"\nboot_id " + BOOT.encode() + b"\nrunning many\n", "bad value"),
+    ("nan", FORMAT.encode() + b"\nboot_id " + BOOT.encode() + b"\nrunning nan\n", "invalid"),
+    ("other_boot", FORMAT.encode() + b"\nboot_id another\nrunning 1\n", "another boot"),
+    ("huge", b"x" * 100_000, "too large"),
+]
+
+
+@pytest.mark.parametrize(("content", "reason"), [c[1:] for c in CORRUPT], ids=[c[0] for c in CORRUPT])
+def test_corrupt_content_restarts_the_baseline(tmp_path: Path, content: bytes, reason: str) -> None:
+    path = tmp_path / "s.state"
+    path.write_bytes(content)
+    state, why = load(str(path), BOOT)
+    assert state is None
+    assert reason in why
+
+
+def test_corrupt_table_is_not_empty() -> None:
+    assert CORRUPT
+
+
+def test_state_of_another_boot_is_not_used(tmp_path: Path) -> None:
+    path = str(tmp_path / "s.state")
+    save(path, STATE, "boot-a")
+    assert load(path, "boot-b") == (None, "state file is from another boot")
+
+
+def test_symlink_is_not_followed_on_read_nor_written_through(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    link = tmp_path / "s.state"
+    link.symlink_to(victim)
+    assert load(str(link), BOOT) == (None, "state file is a symlink (not followed)")
+    save(str(link), STATE, BOOT)
+    assert victim.read_text() == "precious\n"
+    assert not link.is_symlink()
+    assert load(str(link), BOOT) == (STATE, "")
+
+
+def test_directory_in_the_way_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "s.state"
+    path.mkdir()
+    with pytest.raises(StateFileError, match=r"cannot be read.*emptyDir"):
+        load(str(path), BOOT)
+    with pytest.raises(StateFileError, match="cannot be written"):
+        save(str(path), STATE, BOOT)
+
+
+def test_unwritable_folder_is_an_error_and_leaves_no_temporary(tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    with pytest.raises(StateFileError, match=r"cannot be written: Not a directory; mount an emptyDir at /tmp"):
+        save(str(blocker / "s.state"), STATE, BOOT)
+    with pytest.raises(StateFileError, match="No such file"):
+        save(str(tmp_path / "missing" / "s.state"), STATE, BOOT)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["not-a-folder"]
+
+
+def test_failed_replace_removes_the_temporary(tmp_path: Path) -> None:
+    target = tmp_path / "s.state"
+    target.mkdir()
+    (target / "keep").write_text("")  # a non-empty directory cannot be replaced by a file
+    with pytest.raises(StateFileError):
+        save(str(target), STATE, BOOT)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.state"]
+
+
+def test_file_is_private(tmp_path: Path) -> None:
+    path = tmp_path / "s.state"
+    save(str(path), STATE, BOOT)
+    assert path.stat().st_mode & 0o777 == 0o600
+
+
+def test_default_path_is_per_url_in_tmpdir() -> None:
+    env = {"TMPDIR": "/scratch"}
+    a = default_path("http://127.0.0.1:8000/metrics", env)
+    b = default_path("http://127.0.0.1:8001/metrics", env)
+    assert a.startswith("/scratch/stallprobe-127.0.0.1_8000_metrics-")
+    assert a.endswith(".state")
+    assert a != b
+    # Characters that fold to "_" must not make two URLs share a file.
+    assert default_path("http://h/a_b", env) != default_path("http://h/a-b", env) != default_path("http://h/a/b", env)
+    assert default_path("http://h/x", {}).startswith("/tmp/stallprobe-h_x-")
+    assert os.path.dirname(default_path("http://h/" + "x" * 500, {})) == "/tmp"
+    assert len(os.path.basename(default_path("http://h/" + "x" * 500, {}))) < 120
+
+
+def test_boot_id_is_read_where_the_kernel_has_one() -> None:
+    boot = read_boot_id()
+    if os.path.exists("/proc/sys/kernel/random/boot_id"):
+        assert len(boot) == 36
+        assert boot == read_boot_id()
+    else:
+        assert boot == ""
