@@ -530,3 +530,17 @@ def test_installed_script_behaves_like_the_module(engine: Engine, state_file: st
     assert one_line(result).startswith("baseline: 0 running")
     result = subprocess.run([str(script), "--window", "x"], capture_output=True, text=True, check=False)
     assert result.returncode == ExitCode.USAGE
+
+
+def endless(conn: socket.socket, stop: threading.Event) -> None:
+    conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\n")
+    block = b"# " + b"x" * 65533 + b"\n"
+    while not stop.is_set():
+        conn.sendall(block)
+
+
+def test_runaway_page_is_cut_off_at_the_cap(raw_server: StartRaw, state_file: str) -> None:
+    server = raw_server(endless)
+    result = probe("--url", server.url, "--state-file", state_file, "--timeout", "20")
+    assert result.returncode == ExitCode.SCRAPE
+    assert one_line(result).endswith(f"page larger than {32 * 1024 * 1024} bytes")

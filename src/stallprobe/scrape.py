@@ -112,7 +112,10 @@ def fetch(url: str, timeout: float, max_bytes: int) -> bytes:
     ).encode("latin-1", "replace")
     data = bytearray()
     try:
-        with socket.create_connection((host, port), _remaining(deadline, where, timeout)) as sock:
+        # A str host makes getaddrinfo import the idna codec (and with it `re`): ~3 ms a run. An ASCII
+        # host as bytes means the same thing to the resolver and skips that.
+        address = host.encode("ascii") if host.isascii() else host.encode("idna")
+        with socket.create_connection((address, port), _remaining(deadline, where, timeout)) as sock:  # type: ignore[arg-type]
             sock.settimeout(_remaining(deadline, where, timeout))
             sock.sendall(request)
             head_end = -1
