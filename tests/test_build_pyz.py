@@ -1,0 +1,134 @@
+"""scripts/build-pyz: the single-file probe, built and then run the way a pod runs it (`python3 -I -S`).
+
+`-I -S` leaves out site-packages, PYTHONPATH and the working directory, so these runs prove the archive
+carries everything it imports, and that its own __main__ hands the probe's exit code to the process.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from pytest_httpserver import HTTPServer
+
+ROOT = Path(__file__).resolve().parents[1]
+BUILD_PYZ = ROOT / "scripts" / "build-pyz"
+REAL = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "real"
+# vLLM's docs snippet shows only an iteration-tokens histogram: none of the four families the probe reads.
+NO_FAMILIES = "vllm-v0-mp-docs-usage-metrics-snippet-044a056.prom"
+REAL_VLLM_PAGES = sorted(path.name for path in REAL.glob("vllm-*.prom"))
+
+# The archive is ~20 KB of compressed source; 64 KiB leaves room to grow and catches a stray payload.
+MAX_PYZ_BYTES = 64 * 1024
+# The probe's verdict is judged on its own monotonic clock: a window of 0.1 s against a pause of at
+# least 0.6 s between two runs is stalled however slow the machine is, since a slow start only widens
+# the gap.
+WINDOW = "0.1"
+PAUSE = 0.6
+CONTENT_TYPE = "text/plain; version=0.0.4"
+
+
+def run_pyz(pyz: Path, url: str, state_file: Path, *extra: str) -> tuple[int, str]:
+    """Run the archive as a pod would; its exit code and its one line."""
+    result = subprocess.run(
+        [sys.executable, "-I", "-S", str(pyz), "--url", url, "--state-file", str(state_file), *extra],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.stderr == "", result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == 1, result.stdout
+    return result.returncode, lines[0]
+
+
+def build(output: Path) -> Path:
+    result = subprocess.run(
+        [sys.executable, str(BUILD_PYZ), "--output", str(output)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"{output} {output.stat().st_size} bytes\n"
+    return output
+
+
+@pytest.fixture(scope="module")
+def pyz(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build(tmp_path_factory.mktemp("dist") / "stallprobe.pyz")
+
+
+def frozen_busy_page() -> bytes:
+    """A vLLM V1 page as prometheus_client writes it: 3 running, 2 waiting, token counters that never
+    move however often it is served."""
+    registry = CollectorRegistry()
+    labels = ["model_name", "engine"]
+    values = ("tiny-llama", "0")
+    running = Gauge("vllm:num_requests_running", "Requests in the batch.", labels, registry=registry)
+    running.labels(*values).set(3)
+    waiting = Gauge("vllm:num_requests_waiting", "Requests queued.", labels, registry=registry)
+    waiting.labels(*values).set(2)
+    prompt = Counter("vllm:prompt_tokens", "Prefill tokens.", labels, registry=registry)
+    prompt.labels(*values).inc(5120)
+    generation = Counter("vllm:generation_tokens", "Generated tokens.", labels, registry=registry)
+    generation.labels(*values).inc(40960)
+    return generate_latest(registry)
+
+
+def test_archive_holds_source_only_and_is_small(pyz: Path) -> None:
+    with zipfile.ZipFile(pyz) as archive:
+        names = archive.namelist()
+    assert "__main__.py" in names
+    assert "stallprobe/cli.py" in names
+    assert not [name for name in names if "__pycache__" in name or name.endswith(".pyc")]
+    assert names == ["__main__.py", *sorted(name for name in names if name != "__main__.py")]
+    assert pyz.stat().st_size < MAX_PYZ_BYTES
+
+
+def test_two_builds_of_the_same_source_are_the_same_bytes(pyz: Path, tmp_path: Path) -> None:
+    again = build(tmp_path / "again.pyz")
+    assert again.read_bytes() == pyz.read_bytes()
+
+
+def test_frozen_busy_engine_is_baseline_then_stalled(pyz: Path, httpserver: HTTPServer, tmp_path: Path) -> None:
+    httpserver.expect_request("/metrics").respond_with_data(frozen_busy_page(), content_type=CONTENT_TYPE)
+    url = httpserver.url_for("/metrics")
+    state = tmp_path / "probe.state"
+
+    code, line = run_pyz(pyz, url, state, "--window", WINDOW)
+    assert code == 0, line
+    assert line.startswith("baseline: 3 running, 2 waiting;"), line
+
+    time.sleep(PAUSE)
+    code, line = run_pyz(pyz, url, state, "--window", WINDOW)
+    assert code == 1, line
+    assert line.startswith("stalled: 3 running, 2 waiting; no token progress for"), line
+
+
+def test_every_real_vllm_page_is_found() -> None:
+    assert NO_FAMILIES in REAL_VLLM_PAGES
+    assert len(REAL_VLLM_PAGES) >= 6, REAL_VLLM_PAGES
+    # Which pages must read: exactly those that name the running gauge, in a sample or a declaration.
+    without = [name for name in REAL_VLLM_PAGES if b"vllm:num_requests_running" not in (REAL / name).read_bytes()]
+    assert without == [NO_FAMILIES]
+
+
+@pytest.mark.parametrize("name", REAL_VLLM_PAGES)
+def test_real_vllm_page_reads(pyz: Path, httpserver: HTTPServer, tmp_path: Path, name: str) -> None:
+    page = (REAL / name).read_bytes()
+    httpserver.expect_request("/metrics").respond_with_data(page, content_type=CONTENT_TYPE)
+    code, line = run_pyz(pyz, httpserver.url_for("/metrics"), tmp_path / "probe.state")
+    if name == NO_FAMILIES:
+        assert code == 4, line
+        assert line.startswith("error: no known engine"), line
+    else:
+        assert code == 0, line
+        assert line.startswith("baseline: "), line
