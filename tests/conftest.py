@@ -23,7 +23,7 @@ def fixture_page(name: str) -> bytes:
     return path.read_bytes()
 
 
-def vllm_page(  # noqa: PLR0917 - the detector's own positional order, as Sample takes it
+def vllm_page(
     running: float,
     generation: float,
     prompt: float,
@@ -107,3 +107,29 @@ def raw_server() -> Iterator[Callable[[Callable[[socket.socket, threading.Event]
     yield start
     for server in servers:
         server.close()
+
+
+def sglang_page(
+    running: float, generation: float, prompt: float, waiting: float = 0.0, used_tokens: float = 0.0
+) -> bytes:
+    """An SGLang page (prometheus_client, multiprocess-style names), one scheduler, labels as in late 2024."""
+    registry = CollectorRegistry()
+    labels = ["model_name"]
+    Gauge("sglang:num_running_reqs", "running", labels, registry=registry).labels("m").set(running)
+    Gauge("sglang:num_queue_reqs", "queued", labels, registry=registry).labels("m").set(waiting)
+    Gauge("sglang:num_used_tokens", "used tokens", labels, registry=registry).labels("m").set(used_tokens)
+    Counter("sglang:prompt_tokens", "prefill", labels, registry=registry).labels("m").inc(prompt)
+    Counter("sglang:generation_tokens", "generated", labels, registry=registry).labels("m").inc(generation)
+    return generate_latest(registry)
+
+
+def llamacpp_page(processing: float, predicted: float, prompt: float, decodes: float, deferred: float = 0.0) -> bytes:
+    """A llama.cpp server page as tools/server writes it: no labels, numbers with 6 significant digits."""
+    families = [
+        ("llamacpp:prompt_tokens_total", "counter", prompt),
+        ("llamacpp:tokens_predicted_total", "counter", predicted),
+        ("llamacpp:n_decode_total", "counter", decodes),
+        ("llamacpp:requests_processing", "gauge", processing),
+        ("llamacpp:requests_deferred", "gauge", deferred),
+    ]
+    return "".join(f"# HELP {n} doc\n# TYPE {n} {kind}\n{n} {value:g}\n" for n, kind, value in families).encode()

@@ -23,7 +23,7 @@ import pytest
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
-from conftest import RawServer, fixture_page, vllm_page
+from conftest import RawServer, fixture_page, llamacpp_page, sglang_page, vllm_page
 from stallprobe import Sample, State
 from stallprobe.cli import EXIT_MEANINGS, ExitCode, help_text, main
 from stallprobe.statefile import load, read_boot_id, save
@@ -81,9 +81,12 @@ def state_file(tmp_path: Path) -> str:
     return str(tmp_path / "probe.state")
 
 
-def remember(path: str, sample: Sample, stall_since: float | None = None) -> None:
-    """Leave a previous sample in the state file, as an earlier probe run would have."""
-    save(path, State(sample, stall_since), read_boot_id())
+def remember(path: str, sample: Sample, stall_since: float | None = None, engine: str = "0") -> None:
+    """Leave a previous sample in the state file, as an earlier probe run would have.
+
+    The stub engine's pages are vLLM V1's, whose series carry `engine="0"`: that is the engine's name.
+    """
+    save(path, {engine: State(sample, stall_since)}, read_boot_id())
 
 
 def ago(seconds: float) -> float:
@@ -100,7 +103,8 @@ def test_first_run_is_a_baseline(engine: Engine, state_file: str) -> None:
     assert one_line(result) == "baseline: 21 running, 0 waiting; first run, progress is judged from the next run"
     saved, _ = load(state_file, read_boot_id())
     assert saved is not None
-    assert (saved.last.running, saved.last.generation, saved.last.prompt) == (21, 900, 400)
+    assert list(saved) == ["0"]
+    assert (saved["0"].last.running, saved["0"].last.generation, saved["0"].last.prompt) == (21, 900, 400)
 
 
 def test_frozen_busy_engine_is_suspect_then_stalled(engine: Engine, state_file: str) -> None:
@@ -196,7 +200,7 @@ def test_restarted_engine_restarts_the_baseline(engine: Engine, state_file: str)
 
 def test_state_from_another_boot_restarts_the_baseline(engine: Engine, state_file: str) -> None:
     engine.set(3, 10, 10)
-    save(state_file, State(Sample(3, 10, 10, ago(600))), "another-boot")
+    save(state_file, {"0": State(Sample(3, 10, 10, ago(600)))}, "another-boot")
     result = probe("--url", engine.url, "--state-file", state_file)
     assert result.returncode == ExitCode.OK
     assert one_line(result).startswith("baseline: 3 running, 0 waiting; state file is from another boot")
@@ -326,12 +330,12 @@ def test_misbehaving_server_is_a_scrape_failure_within_the_deadline(
             b"<!DOCTYPE html><html><body>It works!</body></html>",
             "error: not a metrics page: the server sent HTML",
         ),
-        (b"\x00\x01garbage\xff", "error: not a vllm metrics page: none of "),
+        (b"\x00\x01garbage\xff", "error: no known engine's metrics on the page"),
         (
             vllm_page(1, 2, 3).replace(b"vllm:generation_tokens", b"vllm:other_tokens"),
-            "missing from the page: vllm:generation_tokens_total",
+            "error: required metric missing from the vllm page: vllm:generation_tokens_total",
         ),
-        (b"vllm:num_requests_running{model_name=oops} 1\n", "malformed label set"),
+        (vllm_page(1, 2, 3) + b"vllm:num_requests_running{model_name=oops} 1\n", "malformed label set"),
     ],
 )
 def test_not_a_metrics_page(engine: Engine, state_file: str, page: bytes, words: str) -> None:
@@ -544,3 +548,192 @@ def test_runaway_page_is_cut_off_at_the_cap(raw_server: StartRaw, state_file: st
     result = probe("--url", server.url, "--state-file", state_file, "--timeout", "20")
     assert result.returncode == ExitCode.SCRAPE
     assert one_line(result).endswith(f"page larger than {32 * 1024 * 1024} bytes")
+
+
+# --- engines: dialects, several engines behind one page, overrides
+
+
+def dp_page(engines: dict[str, tuple[float, float, float]]) -> bytes:
+    """vLLM V1 with data parallelism: (running, prompt, generation) per engine index."""
+    parts = []
+    for name, index in (
+        ("vllm:num_requests_running", 0),
+        ("vllm:prompt_tokens_total", 1),
+        ("vllm:generation_tokens_total", 2),
+    ):
+        parts += [f'{name}{{engine="{e}",model_name="m"}} {v[index]}\n' for e, v in engines.items()]
+    return "".join(parts).encode()
+
+
+def test_one_wedged_engine_among_moving_ones_is_named(engine: Engine, state_file: str) -> None:
+    then = ago(200)
+    save(
+        state_file,
+        {"0": State(Sample(3, 100, 50, then)), "1": State(Sample(4, 700, 90, then))},
+        read_boot_id(),
+    )
+    engine.page = dp_page({"0": (3, 50, 900), "1": (4, 90, 700)})
+    result = probe("--url", engine.url, "--state-file", state_file)
+    assert result.returncode == ExitCode.STALLED
+    assert re.fullmatch(
+        r"stalled: engine 1 of 2: 4 running, 0 waiting; no token progress for 20\d s \(window 120 s\)", one_line(result)
+    )
+    saved, _ = load(state_file, read_boot_id())
+    assert saved is not None
+    assert sorted(saved) == ["0", "1"]
+
+
+def test_engines_in_json(engine: Engine, state_file: str) -> None:
+    engine.page = dp_page({"0": (3, 50, 900), "1": (0, 90, 700)})
+    fields = json.loads(one_line(probe("--url", engine.url, "--state-file", state_file, "--json")))
+    assert (fields["dialect"], fields["engine"], fields["running"], fields["generation_tokens"]) == (
+        "vllm",
+        "0",
+        3,
+        1600,
+    )
+    assert [(e["engine"], e["verdict"], e["running"]) for e in fields["engines"]] == [
+        ("0", "baseline", 3),
+        ("1", "baseline", 0),
+    ]
+
+
+def test_an_engine_that_appears_is_a_baseline_not_a_stall(engine: Engine, state_file: str) -> None:
+    remember(state_file, Sample(3, 900, 50, ago(300)), engine="0")
+    engine.page = dp_page({"0": (3, 50, 950), "1": (4, 0, 0)})
+    result = probe("--url", engine.url, "--state-file", state_file)
+    assert result.returncode == ExitCode.OK
+    assert one_line(result).startswith("progressing: engine 0 of 2: 3 running")
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "flags", "code", "start"),
+    [
+        (
+            sglang_page(162, 1000, 500, 2826),
+            sglang_page(162, 1000, 500, 2826),
+            [],
+            1,
+            "stalled: 162 running, 2826 waiting",
+        ),
+        (sglang_page(162, 1000, 500, 2826), sglang_page(162, 1050, 500, 2826), [], 0, "saturated: 162 running"),
+        (sglang_page(1, 1000, 500), sglang_page(1, 1000, 500, used_tokens=640), [], 0, "progressing: 1 running"),
+        (
+            llamacpp_page(1, 142, 41, 500),
+            llamacpp_page(1, 142, 41, 900),
+            [],
+            0,
+            "progressing: 1 running, 0 waiting; +0 prompt",
+        ),
+        (llamacpp_page(1, 142, 41, 500), llamacpp_page(1, 142, 41, 500), [], 1, "stalled: 1 running"),
+        (
+            llamacpp_page(1, 142, 41, 500),
+            llamacpp_page(1, 142, 41, 500),
+            ["--engine", "llamacpp"],
+            1,
+            "stalled: 1 running",
+        ),
+        (vllm_page(2, 10, 10), vllm_page(2, 10, 10), ["--engine", "vllm"], 1, "stalled: 2 running"),
+    ],
+)
+def test_each_engine_through_the_real_command(
+    engine: Engine, state_file: str, before: bytes, after: bytes, flags: list[str], code: int, start: str
+) -> None:
+    engine.page = before
+    args = ["--url", engine.url, "--state-file", state_file, *flags]
+    assert probe(*args).returncode == 0
+    engine.page = after
+    time.sleep(0.3)
+    result = probe(*args, "--window", "0.2")
+    assert (result.returncode, one_line(result)[: len(start)]) == (code, start)
+
+
+def test_llamacpp_stall_line_says_when_rounding_can_hide_progress(engine: Engine, state_file: str) -> None:
+    engine.page = llamacpp_page(1, 3.5e6, 2.1e6, 4.20001e6)
+    args = ["--url", engine.url, "--state-file", state_file]
+    probe(*args)
+    time.sleep(0.3)
+    line = one_line(probe(*args, "--window", "0.2"))
+    assert line.startswith("stalled: 1 running")
+    assert line.endswith("; llamacpp prints 6 significant digits, so an advance under 10 is invisible")
+
+
+def test_engine_flag_on_the_wrong_page_is_exit_4(engine: Engine, state_file: str) -> None:
+    engine.page = llamacpp_page(1, 1, 1, 1)
+    result = probe("--url", engine.url, "--state-file", state_file, "--engine", "vllm")
+    assert result.returncode == ExitCode.METRICS
+    assert one_line(result).startswith("error: not a vllm metrics page: none of vllm:num_requests_running")
+
+
+def test_ambiguous_page_is_exit_4(engine: Engine, state_file: str) -> None:
+    engine.page = vllm_page(1, 2, 3) + llamacpp_page(1, 1, 1, 1)
+    result = probe("--url", engine.url, "--state-file", state_file)
+    assert result.returncode == ExitCode.METRICS
+    assert one_line(result) == "error: the page fits vllm and llamacpp: pass --engine to choose"
+
+
+def test_renamed_families_through_flags(engine: Engine, state_file: str) -> None:
+    page = (
+        vllm_page(2, 10, 10)
+        .replace(b"vllm:num_requests_running", b"fork:busy")
+        .replace(b"vllm:prompt_tokens", b"fork:prefill")
+    )
+    engine.page = page
+    args = ["--url", engine.url, "--state-file", state_file, "--running-metric", "fork:busy"]
+    env = {"STALLPROBE_PROMPT_METRIC": "fork:prefill_total"}
+    assert one_line(probe(*args, env=env)).startswith("baseline: 2 running")
+    time.sleep(0.3)
+    assert probe(*args, "--window", "0.2", env=env).returncode == ExitCode.STALLED
+
+
+def test_engine_label_none_judges_the_page_as_one(engine: Engine, state_file: str) -> None:
+    engine.page = dp_page({"0": (3, 50, 900), "1": (4, 90, 700)})
+    line = one_line(probe("--url", engine.url, "--state-file", state_file, "--engine-label", "none"))
+    assert line.startswith("baseline: 7 running, 0 waiting; first run")
+
+
+def test_include_waiting_stalls_a_queue_behind_nothing(engine: Engine, state_file: str) -> None:
+    engine.set(0, 10, 10, waiting=5)
+    remember(state_file, Sample(0, 10, 10, ago(300), 5))
+    args = ["--url", engine.url, "--state-file", state_file]
+    assert one_line(probe(*args)) == "idle: 0 running, 5 waiting"
+    remember(state_file, Sample(0, 10, 10, ago(300), 5))
+    result = probe(*args, "--include-waiting")
+    assert result.returncode == ExitCode.STALLED
+    assert one_line(result).startswith("stalled: 0 running, 5 waiting; no token progress for 30")
+    remember(state_file, Sample(0, 10, 10, ago(300), 5))
+    assert probe(*args, env={"STALLPROBE_INCLUDE_WAITING": "1"}).returncode == ExitCode.STALLED
+
+
+def test_progress_metric_counts_as_life(engine: Engine, state_file: str) -> None:
+    args = ["--url", engine.url, "--state-file", state_file, "--window", "0.2"]
+    engine.page = vllm_page(2, 10, 10) + b"custom_steps 1\nother_beat 5\n"
+    probe(*args, "--progress-metric", "custom_steps", "--progress-metric", "other_beat")
+    engine.page = vllm_page(2, 10, 10) + b"custom_steps 2\nother_beat 5\n"
+    time.sleep(0.3)
+    result = probe(*args, "--progress-metric", "custom_steps", "--progress-metric", "other_beat")
+    assert (result.returncode, one_line(result)[:24]) == (0, "progressing: 2 running, ")
+    time.sleep(0.3)
+    assert probe(*args, env={"STALLPROBE_PROGRESS_METRIC": "custom_steps, other_beat"}).returncode == ExitCode.STALLED
+
+
+ENGINE_USAGE: list[tuple[list[str], dict[str, str], str]] = [
+    (["--engine", "tgi"], {}, "--engine must be one of auto, vllm, sglang, llamacpp (got 'tgi')"),
+    ([], {"STALLPROBE_ENGINE": "x"}, "STALLPROBE_ENGINE must be one of auto, vllm, sglang, llamacpp (got 'x')"),
+    (["--running-metric", "1bad"], {}, "--running-metric must be a Prometheus metric name (got '1bad')"),
+    (["--progress-metric", "a b"], {}, "--progress-metric must be a Prometheus metric name (got 'a b')"),
+    ([], {"STALLPROBE_PROGRESS_METRIC": "ok,bad-name"}, "STALLPROBE_PROGRESS_METRIC must be a Prometheus metric name"),
+    (["--include-waiting=1"], {}, "--include-waiting takes no value"),
+    ([], {"STALLPROBE_INCLUDE_WAITING": "sometimes"}, "STALLPROBE_INCLUDE_WAITING must be 1 or 0 (got 'sometimes')"),
+    (["--window", "1", "--window", "2"], {}, "--window given 2 times"),
+]
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "message"), ENGINE_USAGE, ids=[" ".join(u[0]) or str(u[1]) for u in ENGINE_USAGE]
+)
+def test_engine_usage_errors(
+    capsys: pytest.CaptureFixture[str], argv: list[str], env: dict[str, str], message: str
+) -> None:
+    assert main(argv, env) == ExitCode.USAGE
+    assert capsys.readouterr().out.startswith("error: " + message)

@@ -13,8 +13,10 @@ from stallprobe import (
     State,
     Verdict,
     assess,
+    assess_engines,
     replay,
     step,
+    step_engines,
 )
 
 B, IDL, P, SAT, SUS, ST = (
@@ -27,8 +29,8 @@ B, IDL, P, SAT, SUS, ST = (
 )
 
 
-def S(running: float, gen: float, prompt: float, t: float, waiting: float = 0.0) -> Sample:
-    return Sample(running, gen, prompt, t, waiting)
+def S(running: float, gen: float, prompt: float, t: float, waiting: float = 0.0, **signals: float) -> Sample:
+    return Sample(running, gen, prompt, t, waiting, signals=signals)
 
 
 # (name, window, samples, expected verdicts)
@@ -163,6 +165,37 @@ SCENARIOS: list[tuple[str, float, list[Sample], list[Verdict]]] = [
         120,
         [S(4, 5, 5, 100), S(4, 5, 5, 100)],
         [B, SUS],
+    ),
+    # --- extra signals (a decode-step counter, the KV-cache usage): any change is life
+    (
+        "chunked_prefill_moves_only_the_kv_cache",
+        120,
+        [S(1, 0, 0, 60.0 * k, kv=0.05 * k) for k in range(6)],
+        [B] + [P] * 5,
+    ),
+    (
+        "a_signal_going_down_is_life_too",
+        120,
+        [S(1, 5, 5, 0, kv=0.5), S(1, 5, 5, 100, kv=0.4), S(1, 5, 5, 200, kv=0.3)],
+        [B, P, P],
+    ),
+    (
+        "frozen_signals_do_not_excuse_a_frozen_engine",
+        120,
+        [S(1, 5, 5, 0, kv=0.5), S(1, 5, 5, 100, kv=0.5), S(1, 5, 5, 120, kv=0.5)],
+        [B, SUS, ST],
+    ),
+    (
+        "a_signal_appearing_or_vanishing_is_a_change",
+        120,
+        [S(1, 5, 5, 0), S(1, 5, 5, 130, kv=0.5), S(1, 5, 5, 260)],
+        [B, P, P],
+    ),
+    (
+        "moving_signal_with_a_queue_is_saturated",
+        120,
+        [S(4, 5, 5, 0, 30, decode=100), S(4, 5, 5, 10, 30, decode=101)],
+        [B, SAT],
     ),
     (
         "short_window",
@@ -370,3 +403,172 @@ def test_samples_and_states_are_hashable_values() -> None:
     assert len({hash(S(1, 2, 3, t)) for t in range(10)}) == 10
     assert len({State(S(1, 2, 3, 4), 2), State(S(1, 2, 3, 4), 2.0)}) == 1
     assert len({hash(State(S(1, 2, 3, 4), since)) for since in (None, 0, 1, 2, 3)}) == 5
+
+
+# --- include_waiting: a queue that never moves behind nothing running
+
+
+def test_queue_behind_nothing_running_is_idle_by_default() -> None:
+    samples = [S(0, 5, 5, t, waiting=7) for t in (0, 100, 200, 300)]
+    assert replay(samples) == [B, IDL, IDL, IDL]
+
+
+def test_queue_behind_nothing_running_stalls_with_include_waiting() -> None:
+    samples = [S(0, 5, 5, t, waiting=7) for t in (0, 100, 119, 120)]
+    assert replay(samples, include_waiting=True) == [B, SUS, SUS, ST]
+    assert replay(samples, 120, DEFAULT_SATURATION, include_waiting=True) == [B, SUS, SUS, ST]
+
+
+def test_include_waiting_starts_the_clock_at_the_first_queued_sample() -> None:
+    samples = [S(0, 5, 5, 0), S(0, 5, 5, 200, waiting=3), S(0, 5, 5, 310, waiting=3), S(0, 5, 5, 320, waiting=3)]
+    assert replay(samples, include_waiting=True) == [B, SUS, SUS, ST]
+    assert step(State(S(0, 5, 5, 0)), S(0, 5, 5, 200, waiting=3), include_waiting=True)[1].stall_since == 200
+
+
+def test_include_waiting_still_needs_work_to_be_owed() -> None:
+    assert replay([S(0, 5, 5, 0), S(0, 5, 5, 500)], include_waiting=True) == [B, IDL]
+
+
+# --- several engines behind one page
+
+
+def E(**engines: Sample) -> dict[str, Sample]:
+    return {name.lstrip("e"): sample for name, sample in engines.items()}
+
+
+# (name, window, [samples of each engine at each step], expected page verdict, expected worst engine)
+ENGINE_SCENARIOS: list[tuple[str, float, list[dict[str, Sample]], list[tuple[Verdict, str]]]] = [
+    (
+        "one_wedged_among_moving_is_stalled",
+        120,
+        [
+            E(e0=S(3, 10, 10, 0), e1=S(3, 10, 10, 0)),
+            E(e0=S(3, 90, 10, 60), e1=S(3, 10, 10, 60)),
+            E(e0=S(3, 190, 10, 121), e1=S(3, 10, 10, 121)),
+        ],
+        [(B, "0"), (SUS, "1"), (ST, "1")],
+    ),
+    (
+        "engines_moving_is_progressing",
+        120,
+        [E(e0=S(3, 10, 10, 0), e1=S(3, 10, 10, 0)), E(e0=S(3, 90, 10, 60), e1=S(3, 11, 10, 60, 5))],
+        [(B, "0"), (SAT, "1")],
+    ),
+    (
+        "an_engine_appearing_starts_at_baseline",
+        120,
+        [
+            E(e0=S(3, 10, 10, 0)),
+            E(e0=S(3, 20, 10, 200), e1=S(3, 10, 10, 200)),
+            E(e0=S(3, 30, 10, 300), e1=S(3, 10, 10, 300)),
+        ],
+        [(B, "0"), (P, "0"), (SUS, "1")],
+    ),
+    (
+        "an_engine_vanishing_is_forgotten",
+        120,
+        [
+            E(e0=S(3, 10, 10, 0), e1=S(3, 10, 10, 0)),
+            E(e0=S(3, 20, 10, 100), e1=S(3, 10, 10, 100)),
+            E(e0=S(3, 30, 10, 200)),
+            E(e0=S(3, 40, 10, 300), e1=S(3, 10, 10, 300)),
+        ],
+        [(B, "0"), (SUS, "1"), (P, "0"), (P, "0")],
+    ),
+    (
+        "the_longest_stall_speaks_for_the_page",
+        120,
+        [
+            E(e0=S(3, 10, 10, 0), e1=S(3, 10, 10, 0)),
+            E(e0=S(3, 20, 10, 100), e1=S(3, 10, 10, 100)),
+            E(e0=S(3, 20, 10, 250), e1=S(3, 10, 10, 250)),
+            E(e0=S(3, 20, 10, 400), e1=S(0, 10, 10, 400)),
+        ],
+        [(B, "0"), (SUS, "1"), (ST, "1"), (ST, "0")],
+    ),
+    (
+        "idle_engines_beside_a_baseline",
+        120,
+        [E(e0=S(0, 10, 10, 0)), E(e0=S(0, 10, 10, 10), e1=S(0, 0, 0, 10))],
+        [(B, "0"), (B, "1")],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("window", "steps", "expected"), [s[1:] for s in ENGINE_SCENARIOS], ids=[s[0] for s in ENGINE_SCENARIOS]
+)
+def test_engine_scenario(window: float, steps: list[dict[str, Sample]], expected: list[tuple[Verdict, str]]) -> None:
+    assert ENGINE_SCENARIOS
+    states = None
+    seen = []
+    for samples in steps:
+        result = assess_engines(states, samples, window)
+        seen.append((result.verdict, result.worst))
+        assert sorted(result.engines) == sorted(samples)
+        assert result.states == {name: one.state for name, one in result.engines.items()}
+        verdict, states = step_engines(states, samples, window)
+        assert verdict is result.verdict
+    assert seen == expected
+
+
+def test_one_engine_through_the_mapping_is_judged_like_step() -> None:
+    samples = [S(2, 0, 0, 0), S(2, 0, 0, 60), S(2, 5, 0, 70), S(2, 5, 0, 200), S(0, 5, 0, 210)]
+    states = None
+    verdicts = []
+    for sample in samples:
+        verdict, states = step_engines(states, {"": sample}, include_waiting=False)
+        verdicts.append(verdict)
+    assert verdicts == replay(samples) == [B, SUS, P, ST, IDL]
+
+
+def test_engines_are_judged_with_the_given_parameters() -> None:
+    history = {"0": State(S(0, 5, 5, 0, waiting=2))}
+    queued = {"0": S(0, 5, 5, 10, waiting=2)}
+    assert step_engines(history, queued, 5, include_waiting=True)[0] is ST
+    assert step_engines(history, queued, 5)[0] is IDL
+    moving = {"0": S(1, 6, 5, 10, waiting=2)}
+    assert step_engines(history, moving, 5, 3)[0] is P
+    assert step_engines(history, moving, 5, 2)[0] is SAT
+
+
+def test_no_engines_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"^samples must name at least one engine$"):
+        assess_engines(None, {})
+
+
+def test_engines_assessment_repr_names_the_worst() -> None:
+    result = assess_engines(None, {"a": S(1, 1, 1, 0)})
+    assert repr(result).startswith("EnginesAssessment(Verdict.BASELINE, worst='a', engines={'a': Assessment(")
+
+
+def test_signals_round_trip_and_are_validated() -> None:
+    sample = S(1, 2, 3, 4, kv=0.5, decode=7)
+    assert sample.signals == {"decode": 7.0, "kv": 0.5}
+    assert Sample.from_dict(sample.to_dict()) == sample
+    assert sample != S(1, 2, 3, 4, kv=0.5)
+    assert repr(sample).endswith("signals={'decode': 7.0, 'kv': 0.5})")
+    with pytest.raises(ValueError, match="signal 'kv' must be a finite number"):
+        S(1, 2, 3, 4, kv=math.nan)
+    with pytest.raises(ValueError, match="signals must be a mapping"):
+        Sample.from_dict({**S(1, 2, 3, 4).to_dict(), "signals": [1]})
+    with pytest.raises(ValueError, match="signal 'kv' must be a number"):
+        Sample.from_dict({**S(1, 2, 3, 4).to_dict(), "signals": {"kv": "x"}})
+
+
+def test_include_waiting_is_off_unless_asked_for_everywhere() -> None:
+    history = State(S(0, 5, 5, 0, waiting=1))
+    queued = S(0, 5, 5, 500, waiting=1)
+    assert assess(history, queued).verdict is IDL
+    assert step(history, queued)[0] is IDL
+    assert assess_engines({"": history}, {"": queued}).verdict is IDL
+    assert step_engines({"": history}, {"": queued})[0] is IDL
+    assert replay([history.last, queued]) == [B, IDL]
+    assert replay([history.last, queued], include_waiting=True) == [B, ST]
+
+
+def test_bad_signal_entries_in_a_dict_are_refused() -> None:
+    base = S(1, 2, 3, 4).to_dict()
+    for signals in ({1: 2.0}, {"kv": True}, {"kv": None}):
+        with pytest.raises(ValueError, match="must be a number"):
+            Sample.from_dict({**base, "signals": signals})

@@ -7,13 +7,11 @@ import math
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from conftest import FIXTURES, fixture_page, vllm_page
-from stallprobe import MetricsError, Sample
-from stallprobe.engines import VLLM, read_sample
+from conftest import vllm_page
+from stallprobe import MetricsError
 from stallprobe.exposition import find_series, is_declared, sum_families
 
 RUN = "vllm:num_requests_running"
-WAIT = "vllm:num_requests_waiting"
 PROMPT = "vllm:prompt_tokens_total"
 GEN = "vllm:generation_tokens_total"
 
@@ -118,73 +116,3 @@ def test_created_series_never_counts() -> None:
     page = vllm_page(running=1, generation=10, prompt=20)
     assert b"vllm:prompt_tokens_created" in page
     assert sum_families(page, [PROMPT, GEN]) == {PROMPT: 20.0, GEN: 10.0}
-
-
-@pytest.mark.parametrize("engines", [1, 2, 4])
-def test_series_of_several_engines_are_summed(engines: int) -> None:
-    page = vllm_page(running=8, generation=1000, prompt=400, waiting=12, engines=engines)
-    assert read_sample(page, 5.0) == Sample(8, 1000, 400, 5.0, 12)
-
-
-def test_waiting_is_optional() -> None:
-    assert read_sample(vllm_page(3, 10, 20, waiting=None), 1.0) == Sample(3, 10, 20, 1.0, 0)
-
-
-@pytest.mark.parametrize("missing", [RUN, PROMPT, GEN])
-def test_missing_required_family_is_named(missing: str) -> None:
-    page = b"".join(line + b"\n" for line in vllm_page(1, 2, 3).splitlines() if missing.encode() not in line)
-    with pytest.raises(MetricsError, match=f"required metric missing from the page: {missing}$"):
-        read_sample(page, 0.0)
-
-
-def test_html_is_not_a_metrics_page() -> None:
-    with pytest.raises(MetricsError, match="HTML"):
-        read_sample(b"  <!doctype html><html><body>vllm</body></html>", 0.0)
-
-
-@pytest.mark.parametrize("page", [b"", b"\x00\xff\xfe garbage", b"hello world\n"])
-def test_garbage_is_not_a_vllm_page(page: bytes) -> None:
-    with pytest.raises(MetricsError, match="not a vllm metrics page"):
-        read_sample(page, 0.0)
-
-
-@pytest.mark.parametrize("family", [RUN, GEN, PROMPT, WAIT])
-@pytest.mark.parametrize("value", [b"NaN", b"+Inf", b"-Inf"])
-def test_non_finite_value_of_a_used_family_is_an_error(family: str, value: bytes) -> None:
-    lines = [RUN.encode() + b" 1", GEN.encode() + b" 2", PROMPT.encode() + b" 3", WAIT.encode() + b" 0"]
-    page = b"\n".join(
-        line.split(b" ")[0] + b" " + value if line.startswith(family.encode() + b" ") else line for line in lines
-    )
-    with pytest.raises(MetricsError, match=rf"{family} is .*not a finite number"):
-        read_sample(page, 0.0)
-
-
-def test_dialect_names_are_vllms() -> None:
-    assert (VLLM.running, VLLM.waiting, VLLM.prompt, VLLM.generation) == (RUN, WAIT, PROMPT, GEN)
-
-
-# Every real page, with what it must read as (numbers read off the page by hand), or the error.
-REAL: dict[str, Sample | str] = {
-    "vllm-0.32.0-cpu-busy.prom": Sample(4, 907, 173, 0, 0),
-    "vllm-0.32.0-cpu-multiprocess-idle.prom": Sample(0, 0, 0, 0, 0),
-    "vllm-v1-ahasannn-hwrouter-f7a8250.prom": Sample(0, 0, 0, 0, 0),
-    "vllm-v1-inferstack-0.29.0-651cd61.prom": Sample(0, 584, 530, 0, 0),
-    "vllm-v1-lmswitch-f5803ce.prom": Sample(0, 44995, 3675428, 0, 0),
-    "vllm-v0-mp-docs-usage-metrics-snippet-044a056.prom": "not a vllm metrics page",
-    "sglang-docs-production-metrics-00b08c4.prom": "not a vllm metrics page",
-    "llamacpp-server-11434-local.prom": "not a vllm metrics page",
-}
-
-
-def test_every_real_fixture_has_an_expectation() -> None:
-    assert sorted(REAL) == sorted(p.name for p in FIXTURES.glob("*.prom"))
-
-
-@pytest.mark.parametrize(("name", "expected"), sorted(REAL.items()))
-def test_real_page(name: str, expected: Sample | str) -> None:
-    page = fixture_page(name)
-    if isinstance(expected, Sample):
-        assert read_sample(page, 0.0) == expected
-    else:
-        with pytest.raises(MetricsError, match=expected):
-            read_sample(page, 0.0)

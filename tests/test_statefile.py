@@ -16,18 +16,32 @@ STATE = State(Sample(21, 9.5e6, 3675428, 1234.5678, 99), stall_since=1000.25)
 
 def test_round_trip_is_exact(tmp_path: Path) -> None:
     path = str(tmp_path / "s.state")
-    save(path, STATE, BOOT)
-    assert load(path, BOOT) == (STATE, "")
+    save(path, {"0": STATE}, BOOT)
+    assert load(path, BOOT) == ({"0": STATE}, "")
     text = Path(path).read_text()
     assert text.startswith(FORMAT + "\n")
     assert f"boot_id {BOOT}\n" in text
 
 
+def test_round_trip_of_several_engines_with_signals_and_odd_names(tmp_path: Path) -> None:
+    path = str(tmp_path / "s.state")
+    states = {
+        "": State(Sample(1, 2, 3, 4.5, signals={"vllm:kv_cache_usage_perc": 0.1 + 0.2})),
+        "0": STATE,
+        "dp rank 1 %\n\u00e9": State(Sample(0, 7, 8, 9), stall_since=None),
+    }
+    save(path, states, BOOT)
+    assert load(path, BOOT) == (states, "")
+    text = Path(path).read_text()
+    assert "engine dp%20rank%201%20%25%0A%C3%A9\n" in text
+    assert "signal vllm:kv_cache_usage_perc 0.30000000000000004\n" in text
+
+
 def test_round_trip_without_a_stall_clock(tmp_path: Path) -> None:
     path = str(tmp_path / "s.state")
     state = State(Sample(0, 0, 0, 0.1))
-    save(path, state, "")
-    assert load(path, "") == (state, "")
+    save(path, {"0": state}, "")
+    assert load(path, "") == ({"0": state}, "")
 
 
 def test_missing_file_is_a_first_run(tmp_path: Path) -> None:
@@ -35,19 +49,22 @@ def test_missing_file_is_a_first_run(tmp_path: Path) -> None:
 
 
 # (name, file content, words the reason must contain)
+HEAD = FORMAT.encode() + b"\nboot_id " + BOOT.encode() + b"\n"
 CORRUPT: list[tuple[str, bytes, str]] = [
     ("empty", b"", "not a stallprobe state"),
     ("garbage", b"\x00\xff\x00garbage", "not text"),
     ("json", b'{"running": 1}', "not a stallprobe state"),
+    ("older_version", b"stallprobe-state 1\nboot_id x\nrunning 1.0\n", "unknown version '1'"),
     ("newer_version", b"stallprobe-state 99\nboot_id x\n", "unknown version '99'"),
-    (
-        "truncated",
-        FORMAT.encode() + b"\nboot_id " + BOOT.encode() + b"\nrunning 4.0\ngeneration 9",
-        "invalid",
-    ),
-    ("bad_number", FORMAT.encode() + b"\nboot_id " + BOOT.encode() + b"\nrunning many\n", "bad value"),
-    ("nan", FORMAT.encode() + b"\nboot_id " + BOOT.encode() + b"\nrunning nan\n", "invalid"),
-    ("other_boot", FORMAT.encode() + b"\nboot_id another\nrunning 1\n", "another boot"),
+    ("no_boot_id", FORMAT.encode() + b"\nengine 0\n", "no boot id"),
+    ("no_engine", HEAD, "names no engine"),
+    ("field_before_engine", HEAD + b"running 4.0\n", "field outside an engine"),
+    ("truncated", HEAD + b"engine 0\nrunning 4.0\ngeneration 9", "invalid"),
+    ("bad_number", HEAD + b"engine 0\nrunning many\n", "bad line 'running many'"),
+    ("bad_signal", HEAD + b"engine 0\nsignal x\n", "bad line"),
+    ("bad_escape", HEAD + b"engine %zz\n", "bad line"),
+    ("nan", HEAD + b"engine 0\nrunning nan\ngeneration 1\nprompt 1\nt 1\nwaiting 0\n", "invalid"),
+    ("other_boot", FORMAT.encode() + b"\nboot_id another\nengine 0\n", "another boot"),
     ("huge", b"x" * 100_000, "too large"),
 ]
 
@@ -67,7 +84,7 @@ def test_corrupt_table_is_not_empty() -> None:
 
 def test_state_of_another_boot_is_not_used(tmp_path: Path) -> None:
     path = str(tmp_path / "s.state")
-    save(path, STATE, "boot-a")
+    save(path, {"0": STATE}, "boot-a")
     assert load(path, "boot-b") == (None, "state file is from another boot")
 
 
@@ -77,10 +94,10 @@ def test_symlink_is_not_followed_on_read_nor_written_through(tmp_path: Path) -> 
     link = tmp_path / "s.state"
     link.symlink_to(victim)
     assert load(str(link), BOOT) == (None, "state file is a symlink (not followed)")
-    save(str(link), STATE, BOOT)
+    save(str(link), {"0": STATE}, BOOT)
     assert victim.read_text() == "precious\n"
     assert not link.is_symlink()
-    assert load(str(link), BOOT) == (STATE, "")
+    assert load(str(link), BOOT) == ({"0": STATE}, "")
 
 
 def test_directory_in_the_way_is_an_error(tmp_path: Path) -> None:
@@ -89,16 +106,16 @@ def test_directory_in_the_way_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(StateFileError, match=r"cannot be read.*emptyDir"):
         load(str(path), BOOT)
     with pytest.raises(StateFileError, match="cannot be written"):
-        save(str(path), STATE, BOOT)
+        save(str(path), {"0": STATE}, BOOT)
 
 
 def test_unwritable_folder_is_an_error_and_leaves_no_temporary(tmp_path: Path) -> None:
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("")
     with pytest.raises(StateFileError, match=r"cannot be written: Not a directory; mount an emptyDir at /tmp"):
-        save(str(blocker / "s.state"), STATE, BOOT)
+        save(str(blocker / "s.state"), {"0": STATE}, BOOT)
     with pytest.raises(StateFileError, match="No such file"):
-        save(str(tmp_path / "missing" / "s.state"), STATE, BOOT)
+        save(str(tmp_path / "missing" / "s.state"), {"0": STATE}, BOOT)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["not-a-folder"]
 
 
@@ -107,13 +124,13 @@ def test_failed_replace_removes_the_temporary(tmp_path: Path) -> None:
     target.mkdir()
     (target / "keep").write_text("")  # a non-empty directory cannot be replaced by a file
     with pytest.raises(StateFileError):
-        save(str(target), STATE, BOOT)
+        save(str(target), {"0": STATE}, BOOT)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.state"]
 
 
 def test_file_is_private(tmp_path: Path) -> None:
     path = tmp_path / "s.state"
-    save(str(path), STATE, BOOT)
+    save(str(path), {"0": STATE}, BOOT)
     assert path.stat().st_mode & 0o777 == 0o600
 
 

@@ -10,12 +10,15 @@ from .detector import (
     DEFAULT_SATURATION,
     DEFAULT_WINDOW,
     Assessment,
+    EnginesAssessment,
     Sample,
     State,
     Verdict,
     assess,
+    assess_engines,
     replay,
     step,
+    step_engines,
 )
 from .errors import MetricsError, ScrapeError, StallprobeError, StateFileError, UsageError
 
@@ -25,6 +28,7 @@ __all__ = [
     "DEFAULT_SATURATION",
     "DEFAULT_WINDOW",
     "Assessment",
+    "EnginesAssessment",
     "MetricsError",
     "Sample",
     "ScrapeError",
@@ -35,6 +39,8 @@ __all__ = [
     "Verdict",
     "__version__",
     "assess",
+    "assess_engines",
     "replay",
     "step",
+    "step_engines",
 ]

@@ -8,9 +8,11 @@ The rules, first match wins (each exists to avoid a false restart or a missed st
 
 1. baseline    - no history, the clock went backwards, or a counter went down (the engine restarted).
                  Nothing can be compared, so the stall clock restarts.
-2. idle        - running == 0. Nothing is owed, so an idle engine is never stalled, however long.
-3. progressing - the prompt or the generation counter advanced. Prefill counts: a long prompt produces
-                 no output tokens for a long time and is still work.
+2. idle        - not busy: running == 0 (and, only with include_waiting, waiting == 0 too). Nothing is
+                 owed, so an idle engine is never stalled, however long.
+3. progressing - the prompt or the generation counter advanced, or one of the sample's extra signals
+                 changed. Prefill counts: a long prompt produces no output tokens for a long time and
+                 is still work. A wedged engine publishes nothing new, so any change is life.
    saturated   - the same, with waiting >= the threshold: busy, not stuck. Page, never restart.
 4. suspect     - busy and neither counter advanced, for less than the window.
 5. stalled     - busy and neither counter advanced for at least the window. Queue depth never excuses
@@ -19,6 +21,10 @@ The rules, first match wins (each exists to avoid a false restart or a missed st
 The stall clock starts at the previous sample's time when that sample was busy (the last moment the
 engine was seen moving or seen busy), otherwise at this sample's time, so an engine idle for an hour that
 takes a request and wedges is judged from when it was first seen busy, never from hour-old counters.
+
+Several engines behind one page (data parallelism) are judged one by one, each with its own state, by
+assess_engines(); the page is as bad as its worst engine, so one wedged engine among moving ones is
+stalled. An engine that appears starts at baseline; one that vanishes is forgotten: neither can stall.
 """
 
 from __future__ import annotations
@@ -34,12 +40,15 @@ __all__ = [
     "DEFAULT_SATURATION",
     "DEFAULT_WINDOW",
     "Assessment",
+    "EnginesAssessment",
     "Sample",
     "State",
     "Verdict",
     "assess",
+    "assess_engines",
     "replay",
     "step",
+    "step_engines",
 ]
 
 # 120 s, the feature request's default: a long prefill completes in seconds on current GPUs, so a busy
@@ -64,38 +73,63 @@ class Verdict(Enum):
 
 
 class Sample:
-    """One reading of the engine: gauges, monotonic counters and the time (seconds) it was taken."""
+    """One reading of the engine: gauges, monotonic counters and the time (seconds) it was taken.
 
-    __slots__ = _FIELDS
+    `signals` holds extra values whose change counts as progress (a decode-step counter, the KV-cache
+    usage): a wedged engine publishes nothing new, so a change in any of them means its loop is alive.
+    """
+
+    __slots__ = (*_FIELDS, "signals")
 
     running: float
     generation: float
     prompt: float
     t: float
     waiting: float
+    signals: dict[str, float]
 
-    def __init__(self, running: float, generation: float, prompt: float, t: float, waiting: float = 0.0) -> None:
+    def __init__(
+        self,
+        running: float,
+        generation: float,
+        prompt: float,
+        t: float,
+        waiting: float = 0.0,
+        *,
+        signals: Mapping[str, float] | None = None,
+    ) -> None:
         values = (running, generation, prompt, t, waiting)
         for name, value in zip(_FIELDS, values):
             # A NaN compares false both ways, so a NaN counter would read as "frozen" and fake a stall.
             if not math.isfinite(value):
                 raise ValueError(f"Sample.{name} must be a finite number (got {value!r})")
         self.running, self.generation, self.prompt, self.t, self.waiting = (float(v) for v in values)
+        self.signals = {}
+        for key, value in sorted((signals or {}).items()):
+            if not math.isfinite(value):
+                raise ValueError(f"Sample signal {key!r} must be a finite number (got {value!r})")
+            self.signals[key] = float(value)
 
     def __repr__(self) -> str:
         inner = ", ".join(f"{name}={getattr(self, name)!r}" for name in _FIELDS)
-        return f"Sample({inner})"
+        extra = f", signals={self.signals!r}" if self.signals else ""
+        return f"Sample({inner}{extra})"
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Sample):
             return NotImplemented
-        return all(getattr(self, name) == getattr(other, name) for name in _FIELDS)
+        same = all(getattr(self, name) == getattr(other, name) for name in _FIELDS)
+        return same and self.signals == other.signals
 
     def __hash__(self) -> int:
-        return hash(tuple(getattr(self, name) for name in _FIELDS))
+        return hash((*(getattr(self, name) for name in _FIELDS), *self.signals.items()))
 
-    def to_dict(self) -> dict[str, float]:
-        return {name: getattr(self, name) for name in _FIELDS}
+    def to_dict(self) -> dict[str, object]:
+        """A JSON-able dict: the five numbers, and `signals` (name to value) when there are any."""
+        data: dict[str, object] = {name: getattr(self, name) for name in _FIELDS}
+        if self.signals:
+            data["signals"] = dict(self.signals)
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, object]) -> Sample:
@@ -106,7 +140,15 @@ class Sample:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise ValueError(f"sample field {name!r} must be a number (got {value!r})")
             values.append(float(value))
-        return cls(*values)
+        raw = data.get("signals", {})
+        if not isinstance(raw, dict):
+            raise ValueError(f"sample signals must be a mapping (got {raw!r})")
+        signals: dict[str, float] = {}
+        for key, value in raw.items():
+            if not isinstance(key, str) or isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"sample signal {key!r} must be a number (got {value!r})")
+            signals[key] = float(value)
+        return cls(*values, signals=signals)
 
 
 class State:
@@ -130,9 +172,9 @@ class State:
     def __hash__(self) -> int:
         return hash((self.last, self.stall_since))
 
-    def to_dict(self) -> dict[str, float | None]:
-        """A flat JSON-able dict: the last sample's fields and `stall_since` (None when not running)."""
-        data: dict[str, float | None] = dict(self.last.to_dict())
+    def to_dict(self) -> dict[str, object]:
+        """A JSON-able dict: the last sample's fields and `stall_since` (None when not running)."""
+        data = self.last.to_dict()
         data["stall_since"] = self.stall_since
         return data
 
@@ -167,13 +209,23 @@ class Assessment:
         return f"Assessment({self.verdict}, {self.state!r}, reason={self.reason!r}, stalled_for={self.stalled_for!r})"
 
 
+def _busy(sample: Sample, include_waiting: bool) -> bool:
+    return sample.running > 0 or (include_waiting and sample.waiting > 0)
+
+
 def assess(
     state: State | None,
     sample: Sample,
     window: float = DEFAULT_WINDOW,
     saturation: float = DEFAULT_SATURATION,
+    *,
+    include_waiting: bool = False,
 ) -> Assessment:
-    """Judge `sample` against the history in `state` (None: no history). Pure: mutates nothing."""
+    """Judge `sample` against the history in `state` (None: no history). Pure: mutates nothing.
+
+    `include_waiting` counts queued requests as work, so an engine with nothing running but a queue
+    that does not move is judged like a busy one. Off by default: running == 0 is idle.
+    """
     if not window > 0:
         raise ValueError(f"window must be > 0 (got {window!r})")
     if not saturation > 0:
@@ -185,15 +237,15 @@ def assess(
         return Assessment(Verdict.BASELINE, State(sample), "the clock went backwards", 0.0)
     if sample.generation < prev.generation or sample.prompt < prev.prompt:
         return Assessment(Verdict.BASELINE, State(sample), "a token counter went down (engine restarted)", 0.0)
-    if sample.running <= 0:
+    if not _busy(sample, include_waiting):
         return Assessment(Verdict.IDLE, State(sample), "", 0.0)
-    if sample.generation > prev.generation or sample.prompt > prev.prompt:
+    if sample.generation > prev.generation or sample.prompt > prev.prompt or sample.signals != prev.signals:
         verdict = Verdict.SATURATED if sample.waiting >= saturation else Verdict.PROGRESSING
         return Assessment(verdict, State(sample), "", 0.0)
     # Busy and frozen. Keep a running clock; else start it when the engine was last seen busy.
     since = state.stall_since
     if since is None:
-        since = prev.t if prev.running > 0 else sample.t
+        since = prev.t if _busy(prev, include_waiting) else sample.t
     stalled_for = sample.t - since
     verdict = Verdict.STALLED if stalled_for >= window else Verdict.SUSPECT
     return Assessment(verdict, State(sample, since), "", stalled_for)
@@ -204,9 +256,11 @@ def step(
     sample: Sample,
     window: float = DEFAULT_WINDOW,
     saturation: float = DEFAULT_SATURATION,
+    *,
+    include_waiting: bool = False,
 ) -> tuple[Verdict, State]:
     """One detector step: the verdict for `sample` and the state to pass to the next step."""
-    result = assess(state, sample, window, saturation)
+    result = assess(state, sample, window, saturation, include_waiting=include_waiting)
     return result.verdict, result.state
 
 
@@ -214,11 +268,81 @@ def replay(
     samples: Iterable[Sample],
     window: float = DEFAULT_WINDOW,
     saturation: float = DEFAULT_SATURATION,
+    *,
+    include_waiting: bool = False,
 ) -> list[Verdict]:
     """Fold `step` over `samples` from no history; the verdict of each sample, in order."""
     state: State | None = None
     verdicts = []
     for sample in samples:
-        verdict, state = step(state, sample, window, saturation)
+        verdict, state = step(state, sample, window, saturation, include_waiting=include_waiting)
         verdicts.append(verdict)
     return verdicts
+
+
+# How bad each verdict is, for telling which engine speaks for the page: the worst one.
+_SEVERITY = {
+    Verdict.IDLE: 0,
+    Verdict.BASELINE: 1,
+    Verdict.PROGRESSING: 2,
+    Verdict.SATURATED: 3,
+    Verdict.SUSPECT: 4,
+    Verdict.STALLED: 5,
+}
+
+
+class EnginesAssessment:
+    """The outcome of judging several engines at once: each engine's assessment and the worst."""
+
+    __slots__ = ("engines", "verdict", "worst")
+
+    def __init__(self, engines: dict[str, Assessment]) -> None:
+        # Each engine's own assessment, by engine name, in name order.
+        self.engines = engines
+        # The engine that speaks for the page: the worst verdict, then the longest stall, then by name.
+        self.worst = max(engines, key=lambda name: (_SEVERITY[engines[name].verdict], engines[name].stalled_for))
+        self.verdict = engines[self.worst].verdict
+
+    @property
+    def states(self) -> dict[str, State]:
+        """The state to pass to the next call."""
+        return {name: result.state for name, result in self.engines.items()}
+
+    def __repr__(self) -> str:
+        return f"EnginesAssessment({self.verdict}, worst={self.worst!r}, engines={self.engines!r})"
+
+
+def assess_engines(
+    states: Mapping[str, State] | None,
+    samples: Mapping[str, Sample],
+    window: float = DEFAULT_WINDOW,
+    saturation: float = DEFAULT_SATURATION,
+    *,
+    include_waiting: bool = False,
+) -> EnginesAssessment:
+    """Judge each engine of `samples` against its own history in `states`; the page is its worst engine.
+
+    An engine with no history is a baseline; history of an engine no longer in `samples` is dropped.
+    """
+    if not samples:
+        raise ValueError("samples must name at least one engine")
+    history = states or {}
+    return EnginesAssessment(
+        {
+            name: assess(history.get(name), samples[name], window, saturation, include_waiting=include_waiting)
+            for name in sorted(samples)
+        }
+    )
+
+
+def step_engines(
+    states: Mapping[str, State] | None,
+    samples: Mapping[str, Sample],
+    window: float = DEFAULT_WINDOW,
+    saturation: float = DEFAULT_SATURATION,
+    *,
+    include_waiting: bool = False,
+) -> tuple[Verdict, dict[str, State]]:
+    """One step for several engines: the page's verdict and the states to pass to the next step."""
+    result = assess_engines(states, samples, window, saturation, include_waiting=include_waiting)
+    return result.verdict, result.states

@@ -1,4 +1,9 @@
-"""Which metrics each engine publishes, in one place, and turning a /metrics page into a Sample."""
+"""Which metrics each engine publishes, in one place, and turning a /metrics page into samples.
+
+Each dialect names the four numbers the detector reads, the extra signals whose change shows the engine's
+loop is alive, and the label that tells engines apart when several share one page. The comments say why
+each signal was chosen; the README's "Engines" section says what each can and cannot see.
+"""
 
 from __future__ import annotations
 
@@ -6,53 +11,240 @@ import math
 
 from .detector import Sample
 from .errors import MetricsError
-from .exposition import sum_families
+from .exposition import find_series, is_declared
 
-__all__ = ["VLLM", "Dialect", "read_sample"]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+__all__ = [
+    "DIALECTS",
+    "LLAMACPP",
+    "SGLANG",
+    "VLLM",
+    "Dialect",
+    "detect",
+    "precision_note",
+    "read_engines",
+    "read_sample",
+]
 
 
 class Dialect:
-    """The names under which one engine publishes the four numbers the detector reads."""
+    """The names under which one engine publishes what the detector reads."""
 
-    __slots__ = ("generation", "name", "prompt", "running", "waiting")
+    __slots__ = ("digits", "engine_label", "generation", "name", "prompt", "running", "signals", "waiting")
 
-    def __init__(self, name: str, running: str, waiting: str, prompt: str, generation: str) -> None:
+    def __init__(
+        self,
+        name: str,
+        *,
+        running: str,
+        waiting: str,
+        prompt: str,
+        generation: str,
+        signals: Sequence[str] = (),
+        engine_label: str | None = None,
+        digits: int | None = None,
+    ) -> None:
         self.name = name
-        self.running = running
-        self.waiting = waiting
-        self.prompt = prompt
-        self.generation = generation
+        self.running = running  # gauge: requests in the running batch; busy means > 0
+        self.waiting = waiting  # gauge: queued requests; tells saturated from progressing, never excuses
+        self.prompt = prompt  # counter: prefill tokens
+        self.generation = generation  # counter: decoded tokens
+        self.signals = tuple(signals)  # counters or gauges whose change is evidence the loop is alive
+        self.engine_label = engine_label  # the label naming an engine (data-parallel rank), if any
+        self.digits = digits  # significant digits the engine prints numbers with (None: full precision)
+
+    def with_names(
+        self,
+        *,
+        running: str | None = None,
+        waiting: str | None = None,
+        prompt: str | None = None,
+        generation: str | None = None,
+        engine_label: str | None = None,
+    ) -> Dialect:
+        """A copy with some names changed (the CLI's overrides, for forks and renames).
+
+        None keeps a name; an empty engine_label reads the page as one engine.
+        """
+        return Dialect(
+            self.name,
+            running=running or self.running,
+            waiting=waiting or self.waiting,
+            prompt=prompt or self.prompt,
+            generation=generation or self.generation,
+            signals=self.signals,
+            engine_label=self.engine_label if engine_label is None else (engine_label or None),
+            digits=self.digits,
+        )
+
+    def required(self) -> tuple[str, str, str]:
+        return (self.running, self.prompt, self.generation)
+
+    def __repr__(self) -> str:
+        return f"Dialect({self.name!r})"
 
 
 # vLLM V1 (vllm/v1/metrics/loggers.py) and V0 (vllm/engine/metrics.py) publish the same four names.
-# - running: requests the engine holds in its batch; "busy" means running > 0.
-# - waiting: queued requests; never excuses a frozen engine, only tells saturated from progressing.
-# - prompt: prefill tokens. In V1 it moves when a request's whole prefill completes, so it is why a long
-#   prompt (no output for a long time) still reads as progress once its prefill lands.
-# - generation: decoded tokens, the steady heartbeat of a working engine.
+# - prompt: in V1 it moves only when a request's whole prefill completes, so it is blind during a long
+#   (chunked) prefill; generation moves every decode step.
+# - signals: the KV-cache usage is published by the scheduler every step, moves with every prefill chunk
+#   (the only thing that moved during a 14 s chunked prefill on vLLM 0.32) and every filled block during
+#   decode, and freezes with the engine. V1 calls it kv_cache_usage_perc, V0 gpu_cache_usage_perc.
+# - engine: V1 labels each data-parallel engine core's series with its index; V0 has no such label.
 VLLM = Dialect(
     "vllm",
     running="vllm:num_requests_running",
     waiting="vllm:num_requests_waiting",
     prompt="vllm:prompt_tokens_total",
     generation="vllm:generation_tokens_total",
+    signals=("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+    engine_label="engine",
 )
 
+# SGLang (python/sglang/srt/metrics/collector.py, with --enable-metrics) is always multiprocess: the
+# scheduler pushes its numbers, so they move when the scheduler logs (each prefill batch, every few
+# decode steps). num_used_tokens and token_usage follow the KV cache like vLLM's usage does. Newer
+# SGLang labels series by dp_rank (and tp_rank, pp_rank); a data-parallel rank is an engine.
+SGLANG = Dialect(
+    "sglang",
+    running="sglang:num_running_reqs",
+    waiting="sglang:num_queue_reqs",
+    prompt="sglang:prompt_tokens_total",
+    generation="sglang:generation_tokens_total",
+    signals=("sglang:num_used_tokens", "sglang:token_usage"),
+    engine_label="dp_rank",
+)
 
-def read_sample(page: bytes, t: float, dialect: Dialect = VLLM) -> Sample:
-    """The sample a page shows at time `t`. MetricsError names what is missing or unusable."""
+# llama.cpp's server (tools/server, with --metrics) counts tokens_predicted_total only when a request
+# finishes: it stayed flat through a 3000-token generation on a real server. n_decode_total counts every
+# llama_decode() call, so it is the heartbeat. Its numbers are printed with 6 significant digits, so
+# above 1e6 an advance smaller than the last printed digit is invisible between two scrapes; the line
+# says so when that may be why nothing moved. One server is one engine: no label.
+LLAMACPP = Dialect(
+    "llamacpp",
+    running="llamacpp:requests_processing",
+    waiting="llamacpp:requests_deferred",
+    prompt="llamacpp:prompt_tokens_total",
+    generation="llamacpp:tokens_predicted_total",
+    signals=("llamacpp:n_decode_total",),
+    digits=6,
+)
+
+DIALECTS = (VLLM, SGLANG, LLAMACPP)
+
+
+def _present(page: bytes, name: str) -> bool:
+    return bool(find_series(page, name)) or is_declared(page, name)
+
+
+def detect(page: bytes, candidates: Sequence[Dialect] = DIALECTS) -> Dialect:
+    """The one dialect whose required families are all on the page; MetricsError when none or several fit.
+
+    When none fits but one has some of its families on the page, the error names the ones it lacks.
+    """
+    fits = []
+    partial: list[tuple[Dialect, list[str]]] = []
+    for dialect in candidates:
+        required = dialect.required()
+        # A plain substring search first (cheap): most pages carry one engine's names only.
+        if not any(name.encode() in page for name in required):
+            continue
+        missing = [name for name in required if not _present(page, name)]
+        if not missing:
+            fits.append(dialect)
+        elif len(missing) < len(required):
+            partial.append((dialect, missing))
+    if len(fits) == 1:
+        return fits[0]
+    if fits:
+        names = " and ".join(d.name for d in fits)
+        raise MetricsError(f"the page fits {names}: pass --engine to choose")
+    if len(partial) == 1:
+        dialect, missing = partial[0]
+        raise MetricsError(f"required metric missing from the {dialect.name} page: {', '.join(missing)}")
+    if page.lstrip()[:1] == b"<":
+        raise MetricsError("not a metrics page: the server sent HTML")
+    known = ", ".join(d.name for d in candidates)
+    raise MetricsError(f"no known engine's metrics on the page (looked for {known}): pass --engine and names")
+
+
+def _finite(name: str, value: float) -> float:
+    if not math.isfinite(value):
+        raise MetricsError(f"{name} is {value!r}, not a finite number")
+    return value
+
+
+def read_engines(page: bytes, t: float, dialect: Dialect = VLLM, extra: Sequence[str] = ()) -> dict[str, Sample]:
+    """One sample per engine that the page shows at time `t`, by engine name ("" for a single engine).
+
+    Engines are told apart by the dialect's label only when every series of the four families carries
+    it; a series without it could belong to any engine, so then the page is read as one engine (summed),
+    which can hide one wedged engine among others but can never fake a stall. MetricsError names a
+    missing required family.
+    """
     wanted = (dialect.running, dialect.generation, dialect.prompt, dialect.waiting)
-    sums = sum_families(page, wanted)
-    missing = [name for name in wanted[:3] if sums[name] is None]
+    series = {name: find_series(page, name) for name in wanted}
+    missing = [name for name in wanted[:3] if not series[name] and not is_declared(page, name)]
     if missing:
         if page.lstrip()[:1] == b"<":
             raise MetricsError("not a metrics page: the server sent HTML")
         if len(missing) == 3:
             raise MetricsError(f"not a {dialect.name} metrics page: none of {', '.join(missing)} is on it")
-        raise MetricsError(f"required metric missing from the page: {', '.join(missing)}")
-    values = [sums[name] or 0.0 for name in wanted]
-    for name, value in zip(wanted, values):
-        if not math.isfinite(value):
-            raise MetricsError(f"{name} is {value!r}, not a finite number")
-    running, generation, prompt, waiting = values
-    return Sample(running, generation, prompt, t, waiting)
+        raise MetricsError(f"required metric missing from the {dialect.name} page: {', '.join(missing)}")
+    label = dialect.engine_label
+    all_series = [labels for found in series.values() for labels, _ in found]
+    split = label is not None and bool(all_series) and all(label in labels for labels in all_series)
+
+    def engine_of(labels: dict[str, str]) -> str:
+        return labels[label] if split and label is not None else ""
+
+    engines = sorted({engine_of(labels) for labels in all_series}) or [""]
+    sums = {engine: dict.fromkeys(wanted, 0.0) for engine in engines}
+    for name, found in series.items():
+        for labels, value in found:
+            sums[engine_of(labels)][name] += _finite(name, value)
+    signals: dict[str, dict[str, float]] = {engine: {} for engine in engines}
+    for name in (*dialect.signals, *extra):
+        for labels, value in find_series(page, name):
+            _finite(name, value)
+            # A signal series without the engine label is evidence for every engine.
+            owners = [labels[label]] if split and label is not None and label in labels else engines
+            for engine in owners:
+                if engine in signals:
+                    signals[engine][name] = signals[engine].get(name, 0.0) + value
+    return {
+        engine: Sample(
+            _finite(dialect.running, sums[engine][dialect.running]),
+            _finite(dialect.generation, sums[engine][dialect.generation]),
+            _finite(dialect.prompt, sums[engine][dialect.prompt]),
+            t,
+            _finite(dialect.waiting, sums[engine][dialect.waiting]),
+            signals=signals[engine],
+        )
+        for engine in engines
+    }
+
+
+def read_sample(page: bytes, t: float, dialect: Dialect = VLLM) -> Sample:
+    """The whole page as one sample (every engine summed): for callers that judge a single engine."""
+    engines = read_engines(page, t, dialect.with_names(engine_label=""))
+    return engines[""]
+
+
+def precision_note(dialect: Dialect, sample: Sample) -> str:
+    """Why a frozen reading may be the printer's rounding, not the engine: "" when it cannot be.
+
+    The heartbeat is the sample's signals when it has any (they move every step), else its counters.
+    Only when every heartbeat value is too large to print exactly can rounding hide an advance.
+    """
+    if dialect.digits is None:
+        return ""
+    heartbeat = list(sample.signals.values()) or [sample.generation, sample.prompt]
+    limit = 10.0**dialect.digits
+    if not all(abs(value) >= limit for value in heartbeat):
+        return ""
+    step = min(10.0 ** (math.floor(math.log10(abs(value))) - dialect.digits + 1) for value in heartbeat)
+    return f"{dialect.name} prints {dialect.digits} significant digits, so an advance under {step:g} is invisible"

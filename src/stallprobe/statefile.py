@@ -1,8 +1,10 @@
 """The state file: the detector's memory between two probe runs.
 
-Format: UTF-8 text, one `key value` per line, the first line `stallprobe-state 1`. Not JSON because the
-json module pulls in `re` and costs a quarter of the interpreter's own start on every probe run; the
-state is a handful of numbers, and this format is just as easy to read by eye (`cat` the file).
+Format: UTF-8 text, one `key value` per line, the first line `stallprobe-state 2`, then `boot_id`, then
+for each engine an `engine NAME` line followed by its fields (`running 4.0`, ..., `stall_since none`)
+and its signals (`signal NAME VALUE`). Names are percent-encoded outside [A-Za-z0-9_.:-]. Not JSON
+because the json module pulls in `re` and costs a quarter of the interpreter's own start on every probe
+run; the state is a handful of numbers, and this format is just as easy to read by eye (`cat` it).
 
 Safety: the file lives in a shared temp folder, so it is read without following a symlink, capped in
 size, and replaced atomically (a private temporary file in the same folder, then os.replace): a reader
@@ -25,10 +27,11 @@ if TYPE_CHECKING:
 
 __all__ = ["FORMAT", "default_path", "load", "read_boot_id", "save"]
 
-FORMAT = "stallprobe-state 1"
+FORMAT = "stallprobe-state 2"
 _MAX_SIZE = 64 * 1024  # a valid file is ~200 bytes; anything far larger is not ours
 _BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 _SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-")
+_NAME_SAFE = _SAFE | frozenset("_:")
 _HINT = "mount an emptyDir at /tmp or point --state-file elsewhere"
 
 
@@ -50,33 +53,64 @@ def default_path(url: str, environ: Mapping[str, str]) -> str:
     return os.path.join(folder, f"stallprobe-{readable}-{crc:08x}.state")
 
 
-def _parse(text: str, boot_id: str) -> tuple[State | None, str]:
+def _quote(name: str) -> str:
+    return "".join(ch if ch in _NAME_SAFE else "".join(f"%{b:02X}" for b in ch.encode()) for ch in name)
+
+
+def _unquote(text: str) -> str:
+    if "%" not in text:
+        return text
+    raw = bytearray()
+    i = 0
+    while i < len(text):
+        if text[i] == "%":
+            raw += bytes.fromhex(text[i + 1 : i + 3])  # ValueError on a bad escape: the caller's corrupt
+            i += 3
+        else:
+            raw += text[i].encode()
+            i += 1
+    return raw.decode("utf-8")
+
+
+def _parse(text: str, boot_id: str) -> tuple[dict[str, State] | None, str]:
     lines = text.split("\n")
     if lines[0] != FORMAT:
         if lines[0].startswith("stallprobe-state "):
             return None, f"state file has unknown version {lines[0][17:27]!r}"
         return None, "state file is not a stallprobe state"
-    fields: dict[str, object] = {}
-    for line in lines[1:]:
-        if not line:
-            continue
-        key, _, value = line.partition(" ")
-        if key == "boot_id":
-            fields[key] = value
-        else:
-            try:
-                fields[key] = None if value == "none" else float(value)
-            except ValueError:
-                return None, f"state file has a bad value for {key[:40]!r}"
-    if fields.get("boot_id", "") != boot_id:
+    if len(lines) < 2 or not lines[1].startswith("boot_id "):
+        return None, "state file has no boot id"
+    if lines[1][8:] != boot_id:
         return None, "state file is from another boot"
+    engines: dict[str, dict[str, object]] = {}
+    fields: dict[str, object] | None = None
     try:
-        return State.from_dict(fields), ""
+        for line in lines[2:]:
+            if not line:
+                continue
+            key, _, value = line.partition(" ")
+            if key == "engine":
+                fields = engines.setdefault(_unquote(value), {"signals": {}})
+            elif fields is None:
+                return None, "state file has a field outside an engine"
+            elif key == "signal":
+                name, _, number = value.partition(" ")
+                signals = fields["signals"]
+                assert isinstance(signals, dict)
+                signals[_unquote(name)] = float(number)
+            else:
+                fields[key] = None if value == "none" else float(value)
+    except ValueError:
+        return None, f"state file has a bad line {line[:60]!r}"
+    if not engines:
+        return None, "state file names no engine"
+    try:
+        return {name: State.from_dict(data) for name, data in engines.items()}, ""
     except ValueError as exc:
         return None, f"state file is invalid ({exc})"
 
 
-def load(path: str, boot_id: str) -> tuple[State | None, str]:
+def load(path: str, boot_id: str) -> tuple[dict[str, State] | None, str]:
     """The saved state, or None and why there is none ("" for a first run). Bad content is not an
     error; a file that exists but cannot be read is (StateFileError)."""
     try:
@@ -101,16 +135,21 @@ def load(path: str, boot_id: str) -> tuple[State | None, str]:
     return _parse(text, boot_id)
 
 
-def _render(state: State, boot_id: str) -> bytes:
+def _render(states: Mapping[str, State], boot_id: str) -> bytes:
     lines = [FORMAT, f"boot_id {boot_id}"]
-    for key, value in state.to_dict().items():
+    for name, state in states.items():
+        lines.append(f"engine {_quote(name)}")
+        last = state.last
         # repr() of a float reads back to the same float, so a round trip never moves a counter.
-        lines.append(f"{key} {'none' if value is None else repr(value)}")
+        for key in ("running", "generation", "prompt", "t", "waiting"):
+            lines.append(f"{key} {getattr(last, key)!r}")
+        lines.append(f"stall_since {'none' if state.stall_since is None else repr(state.stall_since)}")
+        lines.extend(f"signal {_quote(key)} {value!r}" for key, value in last.signals.items())
     return ("\n".join(lines) + "\n").encode("utf-8")
 
 
-def save(path: str, state: State, boot_id: str) -> None:
-    """Write `state` atomically; StateFileError when the folder is read-only, full or missing."""
+def save(path: str, states: Mapping[str, State], boot_id: str) -> None:
+    """Write each engine's state atomically; StateFileError when the folder is read-only, full or missing."""
     folder, name = os.path.split(path)
     tmp = os.path.join(folder, f".{name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
@@ -118,7 +157,7 @@ def save(path: str, state: State, boot_id: str) -> None:
         fd = os.open(tmp, flags, 0o600)
         try:
             with os.fdopen(fd, "wb") as f:
-                f.write(_render(state, boot_id))
+                f.write(_render(states, boot_id))
             # rename() replaces a symlink planted at `path` instead of writing through it.
             os.replace(tmp, path)
         except BaseException:

@@ -1,0 +1,231 @@
+"""Engine dialects: telling engines apart, reading each engine's sample, real pages of every engine."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+
+from conftest import FIXTURES, fixture_page, vllm_page
+from stallprobe import MetricsError, Sample
+from stallprobe.engines import DIALECTS, LLAMACPP, SGLANG, VLLM, detect, precision_note, read_engines, read_sample
+
+RUN, WAIT, PROMPT, GEN = VLLM.running, VLLM.waiting, VLLM.prompt, VLLM.generation
+KV = "vllm:kv_cache_usage_perc"
+
+
+# Every real page: the dialect it must be read as and each engine's (running, waiting, prompt,
+# generation, signals), read off the page by hand; or the start of the error it must give.
+REAL: dict[str, tuple[str, dict[str, tuple[float, float, float, float, dict[str, float]]]] | str] = {
+    "vllm-0.32.0-cpu-busy.prom": ("vllm", {"0": (4, 0, 173, 907, {KV: 0.0019536019536019467})}),
+    "vllm-0.32.0-cpu-multiprocess-idle.prom": ("vllm", {"0": (0, 0, 0, 0, {})}),
+    "vllm-v1-ahasannn-hwrouter-f7a8250.prom": ("vllm", {"0": (0, 0, 0, 0, {KV: 0.0})}),
+    "vllm-v1-inferstack-0.29.0-651cd61.prom": ("vllm", {"0": (0, 0, 530, 584, {KV: 0.0})}),
+    "vllm-v1-lmswitch-f5803ce.prom": ("vllm", {"0": (0, 0, 3675428, 44995, {KV: 0.0})}),
+    "vllm-v0-mp-docs-usage-metrics-snippet-044a056.prom": "no known engine's metrics on the page",
+    "sglang-docs-production-metrics-00b08c4.prom": (
+        "sglang",
+        {"": (162, 2826, 8128902, 7557572, {"sglang:num_used_tokens": 123859, "sglang:token_usage": 0.28})},
+    ),
+    "llamacpp-server-11434-local.prom": ("llamacpp", {"": (0, 0, 41, 142, {"llamacpp:n_decode_total": 142})}),
+}
+
+
+def test_every_real_fixture_has_an_expectation() -> None:
+    assert REAL
+    assert sorted(REAL) == sorted(p.name for p in FIXTURES.glob("*.prom"))
+
+
+@pytest.mark.parametrize(("name", "expected"), sorted(REAL.items()))
+def test_real_page_is_read_with_its_dialect_and_numbers(name: str, expected: object) -> None:
+    page = fixture_page(name)
+    if isinstance(expected, str):
+        with pytest.raises(MetricsError, match=f"^{expected}"):
+            detect(page)
+        return
+    assert isinstance(expected, tuple)
+    dialect_name, engines = expected
+    dialect = detect(page)
+    assert dialect.name == dialect_name
+    samples = read_engines(page, 7.0, dialect)
+    assert samples == {
+        engine: Sample(running, gen, prompt, 7.0, waiting, signals=signals)
+        for engine, (running, waiting, prompt, gen, signals) in engines.items()
+    }
+
+
+def test_each_dialect_names_distinct_families() -> None:
+    assert [d.name for d in DIALECTS] == ["vllm", "sglang", "llamacpp"]
+    for dialect in DIALECTS:
+        names = [dialect.running, dialect.waiting, dialect.prompt, dialect.generation, *dialect.signals]
+        assert len(set(names)) == len(names)
+        assert all(name.startswith(dialect.name + ":") for name in names)
+
+
+def test_page_with_two_engines_families_is_ambiguous() -> None:
+    page = fixture_page("vllm-0.32.0-cpu-busy.prom") + fixture_page("llamacpp-server-11434-local.prom")
+    with pytest.raises(MetricsError, match=r"^the page fits vllm and llamacpp: pass --engine to choose$"):
+        detect(page)
+    assert detect(page, [LLAMACPP]) is LLAMACPP
+
+
+def test_partly_present_dialect_names_what_it_lacks() -> None:
+    page = b"".join(line + b"\n" for line in vllm_page(1, 2, 3).splitlines() if GEN.encode() not in line)
+    with pytest.raises(MetricsError, match=f"^required metric missing from the vllm page: {GEN}$"):
+        detect(page)
+
+
+@pytest.mark.parametrize(
+    ("page", "message"),
+    [
+        (b"  <!doctype html><html><body>vllm</body></html>", "not a metrics page: the server sent HTML"),
+        (b"", "no known engine's metrics"),
+        (b"\x00\xff\xfe garbage", "no known engine's metrics"),
+        (b"# HELP vllm:num_requests_running_x doc\nvllm:num_requests_running_x 1\n", "no known engine's metrics"),
+    ],
+)
+def test_no_dialect_fits(page: bytes, message: str) -> None:
+    with pytest.raises(MetricsError, match=f"^{message}"):
+        detect(page)
+
+
+def test_renamed_families_are_found_through_overrides() -> None:
+    page = vllm_page(2, 10, 20).replace(b"vllm:num_requests_running", b"myfork:running_requests")
+    with pytest.raises(MetricsError):
+        detect(page)
+    fork = VLLM.with_names(running="myfork:running_requests")
+    assert detect(page, [fork, SGLANG]) is fork
+    assert read_engines(page, 1.0, fork)["0"].running == 2
+
+
+def test_with_names_keeps_what_is_not_overridden() -> None:
+    fork = LLAMACPP.with_names(prompt="p_total", engine_label="slot")
+    assert (fork.name, fork.running, fork.prompt, fork.generation, fork.waiting) == (
+        "llamacpp",
+        LLAMACPP.running,
+        "p_total",
+        LLAMACPP.generation,
+        LLAMACPP.waiting,
+    )
+    assert (fork.signals, fork.engine_label, fork.digits) == (LLAMACPP.signals, "slot", 6)
+    assert VLLM.with_names(engine_label="").engine_label is None
+    assert VLLM.with_names().engine_label == "engine"
+
+
+# --- several engines behind one page
+
+
+def data_parallel_page(engines: dict[str, tuple[float, float, float, float, float]], unlabelled: bool = False) -> bytes:
+    """A vLLM V1 page with one series per engine: (running, waiting, prompt, generation, kv usage)."""
+    registry = CollectorRegistry()
+    labels = ["model_name", "engine"]
+    running = Gauge(RUN, "running", labels, registry=registry)
+    waiting = Gauge(WAIT, "waiting", labels, registry=registry)
+    prompt = Counter("vllm:prompt_tokens", "prompt", labels, registry=registry)
+    generation = Counter("vllm:generation_tokens", "generation", labels, registry=registry)
+    kv = Gauge(KV, "kv", labels, registry=registry)
+    for engine, (r, w, p, g, k) in engines.items():
+        running.labels("m", engine).set(r)
+        waiting.labels("m", engine).set(w)
+        prompt.labels("m", engine).inc(p)
+        generation.labels("m", engine).inc(g)
+        kv.labels("m", engine).set(k)
+    page = generate_latest(registry)
+    if unlabelled:
+        page += b"vllm:num_requests_running 1.0\n"
+    return page
+
+
+def test_data_parallel_engines_are_read_one_by_one() -> None:
+    page = data_parallel_page({"0": (3, 1, 100, 900, 0.5), "1": (5, 0, 40, 70, 0.25)})
+    assert read_engines(page, 2.0) == {
+        "0": Sample(3, 900, 100, 2.0, 1, signals={KV: 0.5}),
+        "1": Sample(5, 70, 40, 2.0, 0, signals={KV: 0.25}),
+    }
+
+
+def test_a_series_without_the_engine_label_reads_the_page_as_one_engine() -> None:
+    page = data_parallel_page({"0": (3, 1, 100, 900, 0.5), "1": (5, 0, 40, 70, 0.25)}, unlabelled=True)
+    assert read_engines(page, 2.0) == {"": Sample(9, 970, 140, 2.0, 1, signals={KV: 0.75})}
+
+
+def test_read_sample_sums_every_engine() -> None:
+    page = data_parallel_page({"0": (3, 1, 100, 900, 0.5), "1": (5, 0, 40, 70, 0.25)})
+    assert read_sample(page, 2.0) == Sample(8, 970, 140, 2.0, 1, signals={KV: 0.75})
+
+
+def test_unlabelled_signal_is_evidence_for_every_engine() -> None:
+    page = data_parallel_page({"0": (3, 1, 100, 900, 0.5), "1": (5, 0, 40, 70, 0.25)})
+    page += b"# TYPE vllm:gpu_cache_usage_perc gauge\nvllm:gpu_cache_usage_perc 0.125\n"
+    samples = read_engines(page, 2.0)
+    assert samples["0"].signals == {KV: 0.5, "vllm:gpu_cache_usage_perc": 0.125}
+    assert samples["1"].signals == {KV: 0.25, "vllm:gpu_cache_usage_perc": 0.125}
+
+
+def test_extra_progress_metrics_become_signals() -> None:
+    page = vllm_page(2, 10, 20) + b'vllm:num_preemptions_total{engine="0"} 7\nmy_heartbeat 41\n'
+    sample = read_engines(page, 1.0, VLLM, ["vllm:num_preemptions_total", "my_heartbeat"])["0"]
+    assert sample.signals == {"vllm:num_preemptions_total": 7, "my_heartbeat": 41}
+
+
+def test_engine_label_none_reads_one_engine() -> None:
+    page = data_parallel_page({"0": (3, 1, 100, 900, 0.5), "1": (5, 0, 40, 70, 0.25)})
+    assert list(read_engines(page, 0.0, VLLM.with_names(engine_label=""))) == [""]
+
+
+def test_declared_but_empty_families_read_as_an_idle_engine() -> None:
+    page = fixture_page("vllm-0.32.0-cpu-multiprocess-idle.prom")
+    assert read_engines(page, 0.0) == {"0": Sample(0, 0, 0, 0.0, 0)}
+    empty = b"".join(f"# TYPE {name} gauge\n".encode() for name in (RUN, WAIT, PROMPT, GEN))
+    assert read_engines(empty, 0.0) == {"": Sample(0, 0, 0, 0.0, 0)}
+
+
+@pytest.mark.parametrize("missing", [RUN, PROMPT, GEN])
+def test_missing_required_family_is_named(missing: str) -> None:
+    page = b"".join(line + b"\n" for line in vllm_page(1, 2, 3).splitlines() if missing.encode() not in line)
+    with pytest.raises(MetricsError, match=f"required metric missing from the vllm page: {missing}$"):
+        read_engines(page, 0.0)
+
+
+def test_waiting_is_optional() -> None:
+    assert read_engines(vllm_page(3, 10, 20, waiting=None), 1.0) == {"0": Sample(3, 10, 20, 1.0, 0)}
+
+
+@pytest.mark.parametrize("family", [RUN, GEN, PROMPT, WAIT, KV])
+@pytest.mark.parametrize("value", [b"NaN", b"+Inf", b"-Inf"])
+def test_non_finite_value_of_a_used_family_is_an_error(family: str, value: bytes) -> None:
+    values = {RUN: b"1", GEN: b"2", PROMPT: b"3", WAIT: b"0", KV: b"0.5"}
+    values[family] = value
+    page = b"".join(name.encode() + b" " + number + b"\n" for name, number in values.items())
+    with pytest.raises(MetricsError, match=rf"{family} is .*not a finite number"):
+        read_engines(page, 0.0)
+
+
+# --- llama.cpp's six significant digits
+
+
+@pytest.mark.parametrize(
+    ("signals", "generation", "note"),
+    [
+        ({"llamacpp:n_decode_total": 999999}, 5e6, ""),
+        (
+            {"llamacpp:n_decode_total": 1.23457e6},
+            5e6,
+            "llamacpp prints 6 significant digits, so an advance under 10 is invisible",
+        ),
+        (
+            {"llamacpp:n_decode_total": 4.5e8},
+            5e6,
+            "llamacpp prints 6 significant digits, so an advance under 1000 is invisible",
+        ),
+        ({}, 2.5e7, "llamacpp prints 6 significant digits, so an advance under 100 is invisible"),
+    ],
+)
+def test_precision_note_when_rounding_can_hide_progress(
+    signals: dict[str, float], generation: float, note: str
+) -> None:
+    sample = Sample(1, generation, 2e7 if not signals else 10, 0.0, signals=signals)
+    assert precision_note(LLAMACPP, sample) == note
+
+
+def test_no_precision_note_for_engines_that_print_every_digit() -> None:
+    assert precision_note(VLLM, Sample(1, 5e12, 5e12, 0.0, signals={KV: 1e9})) == ""
