@@ -6,6 +6,7 @@ carries everything it imports, and that its own __main__ hands the probe's exit 
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 import time
@@ -23,8 +24,9 @@ REAL = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "real"
 NO_FAMILIES = "vllm-v0-mp-docs-usage-metrics-snippet-044a056.prom"
 REAL_VLLM_PAGES = sorted(path.name for path in REAL.glob("vllm-*.prom"))
 
-# The archive is ~20 KB of compressed source; 64 KiB leaves room to grow and catches a stray payload.
-MAX_PYZ_BYTES = 64 * 1024
+# The archive is ~120 KB (stored bytecode, deflated source): far under a ConfigMap's 1 MiB, and 160 KiB
+# leaves room to grow while catching a stray payload.
+MAX_PYZ_BYTES = 160 * 1024
 # The probe's verdict is judged on its own monotonic clock: a window of 0.1 s against a pause of at
 # least 0.6 s between two runs is stalled however slow the machine is, since a slow start only widens
 # the gap.
@@ -48,16 +50,17 @@ def run_pyz(pyz: Path, url: str, state_file: Path, *extra: str) -> tuple[int, st
     return result.returncode, lines[0]
 
 
-def build(output: Path) -> Path:
+def build(output: Path, *extra: str) -> Path:
     result = subprocess.run(
-        [sys.executable, str(BUILD_PYZ), "--output", str(output)],
+        [sys.executable, str(BUILD_PYZ), "--output", str(output), *extra],
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout == f"{output} {output.stat().st_size} bytes\n"
+    version = "none" if "--no-bytecode" in extra else f"{sys.version_info[0]}.{sys.version_info[1]}"
+    assert result.stdout == f"{output} {output.stat().st_size} bytes, bytecode for Python {version}\n"
     return output
 
 
@@ -83,14 +86,52 @@ def frozen_busy_page() -> bytes:
     return generate_latest(registry)
 
 
-def test_archive_holds_source_only_and_is_small(pyz: Path) -> None:
+def test_archive_holds_source_and_bytecode_beside_it_and_is_small(pyz: Path) -> None:
     with zipfile.ZipFile(pyz) as archive:
-        names = archive.namelist()
+        infos = {info.filename: info for info in archive.infolist()}
+        pyc = archive.read("stallprobe/cli.pyc")
+    names = list(infos)
     assert "__main__.py" in names
     assert "stallprobe/cli.py" in names
-    assert not [name for name in names if "__pycache__" in name or name.endswith(".pyc")]
-    assert names == ["__main__.py", *sorted(name for name in names if name != "__main__.py")]
+    assert not [name for name in names if "__pycache__" in name]
+    sources = sorted(name for name in names if name.endswith(".py") and name != "__main__.py")
+    assert sorted(name for name in names if name.endswith(".pyc")) == [name + "c" for name in sources]
+    assert names == sorted(names)
+    # PEP 552: this interpreter's magic, then flags 0b01 (hash-based, not checked against the source).
+    assert pyc[:4] == importlib.util.MAGIC_NUMBER
+    assert pyc[4:8] == b"\x01\x00\x00\x00"
+    # What every run reads is stored (no zlib at run time); sources are deflated.
+    assert {infos[n].compress_type for n in names if n.endswith(".pyc") or n == "__main__.py"} == {zipfile.ZIP_STORED}
+    assert {infos[n].compress_type for n in sources} == {zipfile.ZIP_DEFLATED}
     assert pyz.stat().st_size < MAX_PYZ_BYTES
+
+
+def test_source_only_build(tmp_path: Path, httpserver: HTTPServer) -> None:
+    plain = build(tmp_path / "plain.pyz", "--no-bytecode")
+    with zipfile.ZipFile(plain) as archive:
+        assert not [name for name in archive.namelist() if name.endswith(".pyc")]
+    assert plain.stat().st_size < 64 * 1024
+    httpserver.expect_request("/metrics").respond_with_data(frozen_busy_page(), content_type=CONTENT_TYPE)
+    code, line = run_pyz(plain, httpserver.url_for("/metrics"), tmp_path / "probe.state")
+    assert (code, line[:10]) == (0, "baseline: ")
+
+
+def test_bytecode_of_another_python_falls_back_to_the_source(pyz: Path, tmp_path: Path, httpserver: HTTPServer) -> None:
+    """An archive built for another Python (another magic number) must still run, from its sources."""
+    foreign = tmp_path / "foreign.pyz"
+    with zipfile.ZipFile(pyz) as source, zipfile.ZipFile(foreign, "w") as target:
+        for info in source.infolist():
+            data = source.read(info)
+            if info.filename.endswith(".pyc"):
+                data = b"\x00\x00" + data[2:]  # no Python's magic
+            target.writestr(info, data)
+    httpserver.expect_request("/metrics").respond_with_data(frozen_busy_page(), content_type=CONTENT_TYPE)
+    url = httpserver.url_for("/metrics")
+    state = tmp_path / "probe.state"
+    assert run_pyz(foreign, url, state, "--window", WINDOW)[0] == 0
+    time.sleep(PAUSE)
+    code, line = run_pyz(foreign, url, state, "--window", WINDOW)
+    assert (code, line[:9]) == (1, "stalled: ")
 
 
 def test_two_builds_of_the_same_source_are_the_same_bytes(pyz: Path, tmp_path: Path) -> None:
@@ -121,8 +162,8 @@ def test_every_real_vllm_page_is_found() -> None:
     assert without == [NO_FAMILIES]
 
 
-@pytest.mark.parametrize("name", REAL_VLLM_PAGES)
-def test_real_vllm_page_reads(pyz: Path, httpserver: HTTPServer, tmp_path: Path, name: str) -> None:
+@pytest.mark.parametrize("name", sorted(path.name for path in REAL.glob("*.prom")))
+def test_real_page_reads(pyz: Path, httpserver: HTTPServer, tmp_path: Path, name: str) -> None:
     page = (REAL / name).read_bytes()
     httpserver.expect_request("/metrics").respond_with_data(page, content_type=CONTENT_TYPE)
     code, line = run_pyz(pyz, httpserver.url_for("/metrics"), tmp_path / "probe.state")

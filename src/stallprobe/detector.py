@@ -29,7 +29,6 @@ stalled. An engine that appears starts at baseline; one that vanishes is forgott
 
 from __future__ import annotations
 
-import math
 from enum import Enum
 
 TYPE_CHECKING = False
@@ -59,6 +58,12 @@ DEFAULT_WINDOW = 120.0
 DEFAULT_SATURATION = 1.0
 
 _FIELDS = ("running", "generation", "prompt", "t", "waiting")
+_INF = float("inf")
+
+
+def _finite(value: float) -> bool:
+    # NaN fails both comparisons. (Not math.isfinite: the math module is one more import per probe run.)
+    return -_INF < value < _INF
 
 
 class Verdict(Enum):
@@ -101,12 +106,12 @@ class Sample:
         values = (running, generation, prompt, t, waiting)
         for name, value in zip(_FIELDS, values):
             # A NaN compares false both ways, so a NaN counter would read as "frozen" and fake a stall.
-            if not math.isfinite(value):
+            if not _finite(value):
                 raise ValueError(f"Sample.{name} must be a finite number (got {value!r})")
         self.running, self.generation, self.prompt, self.t, self.waiting = (float(v) for v in values)
         self.signals = {}
         for key, value in sorted((signals or {}).items()):
-            if not math.isfinite(value):
+            if not _finite(value):
                 raise ValueError(f"Sample signal {key!r} must be a finite number (got {value!r})")
             self.signals[key] = float(value)
 
@@ -185,7 +190,7 @@ class State:
         since = data.get("stall_since")
         if since is None:
             return cls(last)
-        if isinstance(since, bool) or not isinstance(since, (int, float)) or not math.isfinite(since):
+        if isinstance(since, bool) or not isinstance(since, (int, float)) or not _finite(since):
             raise ValueError(f"stall_since must be a number or None (got {since!r})")
         if since > last.t:
             raise ValueError(f"stall_since ({since!r}) is later than the last sample ({last.t!r})")

@@ -7,8 +7,6 @@ each signal was chosen; the README's "Engines" section says what each can and ca
 
 from __future__ import annotations
 
-import math
-
 from .detector import Sample
 from .errors import MetricsError
 from .exposition import find_series, is_declared
@@ -134,6 +132,7 @@ LLAMACPP = Dialect(
 )
 
 DIALECTS = (VLLM, SGLANG, LLAMACPP)
+_INF = float("inf")
 
 
 def _present(page: bytes, name: str) -> bool:
@@ -172,7 +171,7 @@ def detect(page: bytes, candidates: Sequence[Dialect] = DIALECTS) -> Dialect:
 
 
 def _finite(name: str, value: float) -> float:
-    if not math.isfinite(value):
+    if not -_INF < value < _INF:  # NaN fails both
         raise MetricsError(f"{name} is {value!r}, not a finite number")
     return value
 
@@ -242,6 +241,8 @@ def precision_note(dialect: Dialect, sample: Sample) -> str:
     """
     if dialect.digits is None:
         return ""
+    import math  # only on this rare path
+
     heartbeat = list(sample.signals.values()) or [sample.generation, sample.prompt]
     limit = 10.0**dialect.digits
     if not all(abs(value) >= limit for value in heartbeat):

@@ -14,7 +14,6 @@ is not an error: it restarts the baseline and is overwritten. Only an I/O failur
 
 from __future__ import annotations
 
-import binascii
 import errno
 import os
 
@@ -48,9 +47,16 @@ def default_path(url: str, environ: Mapping[str, str]) -> str:
     """A file in the temp folder named after the URL, so two probes of two ports never share state."""
     folder = environ.get("TMPDIR") or environ.get("TEMP") or environ.get("TMP") or "/tmp"
     readable = "".join(ch if ch in _SAFE else "_" for ch in url.partition("://")[2])[:80]
-    # The CRC keeps names unique where replacing characters with "_" would make two URLs collide.
-    crc = binascii.crc32(url.encode("utf-8", "replace"))
-    return os.path.join(folder, f"stallprobe-{readable}-{crc:08x}.state")
+    # The hash keeps names unique where replacing characters with "_" would make two URLs collide.
+    return os.path.join(folder, f"stallprobe-{readable}-{_fnv1a(url.encode('utf-8', 'replace')):08x}.state")
+
+
+def _fnv1a(data: bytes) -> int:
+    """32-bit FNV-1a: a stable short hash of the URL (binascii or hashlib would be one more import)."""
+    value = 0x811C9DC5
+    for byte in data:
+        value = ((value ^ byte) * 0x01000193) & 0xFFFFFFFF
+    return value
 
 
 def _quote(name: str) -> str:
