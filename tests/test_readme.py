@@ -87,7 +87,8 @@ def test_first_lines_are_the_two_newcomer_commands() -> None:
     first = README.split("\n", 8)[:7]
     assert first[3].startswith("python3 -m venv .venv && .venv/bin/pip install . && .venv/bin/python scripts/demo")
     assert first[4].startswith(
-        "python3 -m venv .venv && .venv/bin/pip install -e '.[test]' && .venv/bin/python -m pytest"
+        "python3 -m venv .venv && .venv/bin/pip install -e '.[test]' && scripts/install-real-engine "
+        "&& .venv/bin/python -m pytest"
     )
 
 
@@ -106,6 +107,7 @@ def test_flag_table_lists_every_flag_and_variable() -> None:
 
 def test_ci_runs_the_readme_test_command() -> None:
     ci = (REPO / ".ci" / "run").read_text()
-    assert ".venv/bin/python -m pytest" in ci
+    command = README.split("\n")[4].split("   #")[0].strip()
+    assert command in ci
     assert "ruff check" in ci
     assert "mypy" in ci

