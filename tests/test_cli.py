@@ -278,7 +278,7 @@ def trickle(conn: socket.socket, stop: threading.Event) -> None:
 
 
 def silence(conn: socket.socket, stop: threading.Event) -> None:
-    stop.wait(10)
+    stop.wait(60)  # far longer than any allowance below: only the probe's deadline can end the wait
 
 
 def reset(conn: socket.socket, stop: threading.Event) -> None:
@@ -318,9 +318,9 @@ def test_misbehaving_server_is_a_scrape_failure_within_the_deadline(
     elapsed = time.monotonic() - started
     assert result.returncode == ExitCode.SCRAPE
     assert re.search(words, one_line(result))
-    # The deadline covers connect to last byte: a trickling server cannot hold the probe (the rest of
-    # the allowance is the interpreter's own start on a loaded machine).
-    assert elapsed < 5
+    # The deadline covers connect to last byte: a trickling or silent server cannot hold the probe. The
+    # allowance is wide for a loaded machine, and still far below what the servers would hold it for.
+    assert elapsed < 20
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-__all__ = ["Series", "find_series", "is_declared", "sum_families"]
+__all__ = ["MAX_LINE", "Series", "find_series", "is_declared", "sum_families"]
 
 # A label set and the sample value: one line of a family.
 Series = tuple[dict[str, str], float]
@@ -41,9 +41,19 @@ def _line_starts(page: bytes, prefix: bytes) -> Iterable[int]:
         at = page.find(needle, at + 1)
 
 
-def _line_at(page: bytes, start: int) -> bytes:
+# A real sample line is well under 1 KiB (the longest seen: a few hundred bytes of model and adapter
+# names). A wanted line far longer is hostile or broken, and parsing its label escapes one by one could
+# take seconds: refuse it.
+MAX_LINE = 64 * 1024
+
+
+def _line_at(page: bytes, start: int, name: str) -> bytes:
     end = page.find(b"\n", start)
-    line = page[start:] if end < 0 else page[start:end]
+    if end < 0:
+        end = len(page)
+    if end - start > MAX_LINE:
+        raise MetricsError(f"{name}: a line of {end - start} bytes, longer than {MAX_LINE}")
+    line = page[start:end]
     return line[:-1] if line.endswith(b"\r") else line
 
 
@@ -101,11 +111,13 @@ def find_series(page: bytes, name: str) -> list[Series]:
     """Every sample line of the family `name`: its labels and value. Raises MetricsError on a bad line."""
     raw = name.encode()
     found: list[Series] = []
+    name_end = len(raw)
     for start in _line_starts(page, raw):
-        line = _line_at(page, start)
-        pos = len(raw)
-        if pos < len(line) and line[pos] not in _AFTER_NAME:
+        after = page[start + name_end : start + name_end + 1]
+        if after and after[0] not in _AFTER_NAME and after not in b"\r\n":
             continue  # a longer name that only starts with this one
+        line = _line_at(page, start, name)
+        pos = name_end
         labels: dict[str, str] = {}
         if pos < len(line) and line[pos] == ord("{"):
             labels, pos = _parse_labels(line, pos, name)
@@ -124,7 +136,7 @@ def find_series(page: bytes, name: str) -> list[Series]:
 def _declared_type(page: bytes, name: bytes) -> bytes | None:
     """The type a `# TYPE name ...` line gives `name`, b"" when only `# HELP` names it, else None."""
     for start in _line_starts(page, b"# TYPE " + name + b" "):
-        words = _line_at(page, start).split()
+        words = _line_at(page, start, name.decode("utf-8", "replace")).split()
         return words[3] if len(words) > 3 else b"untyped"
     for _ in _line_starts(page, b"# HELP " + name + b" "):
         return b""
