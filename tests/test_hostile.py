@@ -281,3 +281,19 @@ def test_state_written_by_a_newer_version_restarts_the_baseline(good_page: str, 
     assert result.returncode == 0
     assert result.stdout.startswith("baseline: 3 running, 0 waiting; state file has unknown version '3'")
     assert state.read_text().startswith("stallprobe-state 2\n")
+
+
+def test_fifo_planted_at_the_state_path_cannot_block_the_probe(good_page: str, tmp_path: Path) -> None:
+    state = tmp_path / "probe.state"
+    os.mkfifo(state)
+    result = run("--url", good_page, "--state-file", str(state))
+    assert result.returncode == 0
+    assert result.stdout.startswith("baseline: 3 running, 0 waiting; state file is not a regular file")
+    assert state.is_file()
+
+
+def test_a_huge_reason_phrase_is_cut_short(raw_server: Callable[[Behave], RawServer], tmp_path: Path) -> None:
+    server = raw_server(respond(b"HTTP/1.1 500 " + b"x" * 50_000))
+    result = run("--url", server.url, "--state-file", str(tmp_path / "probe.state"))
+    assert result.returncode == ExitCode.SCRAPE
+    assert len(result.stdout) < 400

@@ -178,7 +178,7 @@ def _body(data: bytes, where: str, max_bytes: int) -> bytes:
     if len(status) < 2 or not status[1].isdigit():
         raise ScrapeError(f"{where}: malformed HTTP status line")
     code = int(status[1])
-    reason = status[2].decode("latin-1").strip() if len(status) > 2 else ""
+    reason = status[2].decode("latin-1").strip()[:120] if len(status) > 2 else ""
     headers = {}
     for line in lines[1:]:
         key, _, value = line.partition(b":")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 
 from .detector import State
 from .errors import StateFileError
@@ -129,6 +130,11 @@ def load(path: str, boot_id: str) -> tuple[dict[str, State] | None, str]:
         raise StateFileError(f"state file {path} cannot be read: {exc.strerror}; {_HINT}") from None
     try:
         with os.fdopen(fd, "rb") as f:
+            mode = os.fstat(f.fileno()).st_mode
+            if stat.S_ISDIR(mode):
+                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
+            if not stat.S_ISREG(mode):  # a FIFO or a device planted at the path: never read from it
+                return None, "state file is not a regular file"
             data = f.read(_MAX_SIZE + 1)
     except OSError as exc:
         raise StateFileError(f"state file {path} cannot be read: {exc.strerror}; {_HINT}") from None
