@@ -75,7 +75,9 @@ OPTIONS = (
 
 _SWITCHES = {flag for flag, _, metavar, _, _ in OPTIONS if not metavar}
 _LISTS = {flag for flag, _, metavar, _, _ in OPTIONS if metavar.endswith("...")}
-_USAGE = "usage: stallprobe [--url URL] [--window S] [--timeout S] [--engine NAME] [options]"
+_USAGE = """\
+usage: stallprobe [--url URL] [--window S] [--timeout S] [--engine NAME] [options]
+       stallprobe inject [-f FILE] [options]    put the probe into Kubernetes manifests (see inject --help)"""
 
 
 def help_text() -> str:
@@ -403,6 +405,11 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     """Run the probe once; the exit code. Every expected failure is one line, never a traceback."""
     args = sys.argv[1:] if argv is None else argv
     env = os.environ if environ is None else environ
+    # Subcommands are tools for people, not the probe: their modules load only when asked for.
+    if args and args[0] == "inject":
+        from .inject import main as inject_main
+
+        return inject_main(args[1:])
     use_json = "--json" in args or env.get("STALLPROBE_JSON", "").lower() in ("1", "true", "yes", "on")
     try:
         config = configure(args, env)

@@ -1,0 +1,398 @@
+"""`stallprobe inject`: manifests in, manifests out, each one valid for Kubernetes, and the probe it writes
+run exactly as the kubelet would run it."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import http.server
+import io
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from conftest import REPO, vllm_page
+from stallprobe.inject import PYZ_PATH, Options, engine_of, inject, pod_specs, port_of, read_documents
+
+K8S = kubernetes_validate.latest_version()
+
+
+def container(name: str = "vllm", image: str = "vllm/vllm-openai:v0.11.0", **extra: Any) -> dict[str, Any]:
+    return {"name": name, "image": image, **extra}
+
+
+def pod_spec(*containers: dict[str, Any]) -> dict[str, Any]:
+    return {"containers": list(containers)}
+
+
+def template(spec: dict[str, Any]) -> dict[str, Any]:
+    return {"metadata": {"labels": {"app": "llm"}}, "spec": spec}
+
+
+def workload(kind: str, spec: dict[str, Any], namespace: str | None = "inference") -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": f"llm-{kind.lower()}"}
+    if namespace:
+        metadata["namespace"] = namespace
+    selector = {"matchLabels": {"app": "llm"}}
+    body: dict[str, Any]
+    if kind == "Pod":
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+    if kind == "Job":
+        spec = {**spec, "restartPolicy": "Never"}
+        body = {"template": template(spec)}
+        return {"apiVersion": "batch/v1", "kind": kind, "metadata": metadata, "spec": body}
+    if kind == "CronJob":
+        spec = {**spec, "restartPolicy": "Never"}
+        body = {"schedule": "0 * * * *", "jobTemplate": {"spec": {"template": template(spec)}}}
+        return {"apiVersion": "batch/v1", "kind": kind, "metadata": metadata, "spec": body}
+    if kind == "LeaderWorkerSet":
+        body = {
+            "leaderWorkerTemplate": {
+                "size": 2,
+                "leaderTemplate": template(spec),
+                "workerTemplate": template(copy.deepcopy(spec)),
+            }
+        }
+        return {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": kind, "metadata": metadata, "spec": body}
+    body = {"selector": selector, "template": template(spec)}
+    if kind == "StatefulSet":
+        body["serviceName"] = "llm"
+    return {"apiVersion": "apps/v1", "kind": kind, "metadata": metadata, "spec": body}
+
+
+def validate(doc: dict[str, Any]) -> None:
+    """Against the Kubernetes schemas (offline). A LeaderWorkerSet is a CRD: its pod templates are checked."""
+    if doc["kind"] == "LeaderWorkerSet":
+        lwt = doc["spec"]["leaderWorkerTemplate"]
+        for name in ("leaderTemplate", "workerTemplate"):
+            pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}, "spec": lwt[name]["spec"]}
+            kubernetes_validate.validate(pod, K8S, strict=True)
+        return
+    kubernetes_validate.validate(doc, K8S, strict=True)
+
+
+def run_inject(text: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "stallprobe", "inject", *args],
+        input=text,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def probe_of(doc: dict[str, Any], path: tuple[str, ...] = ("spec", "template", "spec")) -> dict[str, Any]:
+    spec: Any = doc
+    for key in path:
+        spec = spec[key]
+    probe = spec["containers"][0]["livenessProbe"]
+    assert isinstance(probe, dict)
+    return probe
+
+
+KINDS = ["Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob", "Pod", "LeaderWorkerSet"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_workload_kind_gets_the_probe_and_stays_valid(kind: str) -> None:
+    docs = [workload(kind, pod_spec(container(args=["--port", "8000"])))]
+    out, log = inject(docs, Options(pyz=b"PK"))
+    assert [d["kind"] for d in out] == [kind, "ConfigMap"]
+    for doc in out:
+        validate(doc)
+    specs = list(pod_specs(out[0]))
+    assert len(specs) == (2 if kind == "LeaderWorkerSet" else 1)
+    for spec in specs:
+        probe = spec["containers"][0]["livenessProbe"]
+        assert probe["exec"]["command"][:6] == [
+            "python3",
+            "-I",
+            "-S",
+            PYZ_PATH,
+            "--url",
+            "http://127.0.0.1:8000/metrics",
+        ]
+        assert {"name": "stallprobe", "configMap": {"name": "stallprobe", "defaultMode": 0o444}} in spec["volumes"]
+    assert len(log) == len(specs)
+
+
+@pytest.mark.parametrize(
+    ("entry", "engine", "port"),
+    [
+        (container(args=["--model", "m", "--port", "9000"]), "vllm", 9000),
+        (container(image="registry/custom:1", command=["vllm", "serve", "m", "--port=9001"]), "vllm", 9001),
+        (
+            container(image="registry/custom:1", command=["python3", "-m", "vllm.entrypoints.openai.api_server"]),
+            "vllm",
+            8000,
+        ),
+        (container(image="lmsysorg/sglang:v0.5", command=["python3", "-m", "sglang.launch_server"]), "sglang", 30000),
+        (
+            container(image="ghcr.io/ggml-org/llama.cpp:server", args=["-m", "/m.gguf", "--port", "8081"]),
+            "llamacpp",
+            8081,
+        ),
+        (
+            container(image="me/llm:1", command=["llama-server", "--metrics"], ports=[{"containerPort": 7000}]),
+            "llamacpp",
+            7000,
+        ),
+        (
+            container(ports=[{"name": "grpc", "containerPort": 9999}, {"name": "http", "containerPort": 8888}]),
+            "vllm",
+            8888,
+        ),
+        (container(image="nginx:1.27", ports=[{"containerPort": 80}]), None, 80),
+    ],
+)
+def test_engine_and_port_are_read_from_the_container(entry: dict[str, Any], engine: str | None, port: int) -> None:
+    assert engine_of(entry) == engine
+    assert port_of(entry, engine) == port
+
+
+def test_only_inference_containers_are_touched() -> None:
+    spec = pod_spec(container(), container(name="sidecar", image="envoyproxy/envoy:v1"))
+    out, _ = inject([workload("Deployment", spec)], Options(pyz=b""))
+    sidecar = out[0]["spec"]["template"]["spec"]["containers"][1]
+    assert sidecar == container(name="sidecar", image="envoyproxy/envoy:v1")
+
+
+def test_container_flag_picks_one_by_name() -> None:
+    spec = pod_spec(container(name="engine", image="my/own:1"), container(name="other", image="vllm/vllm-openai"))
+    out, _ = inject([workload("Deployment", spec)], Options(pyz=b"", container="engine", engine="vllm"))
+    containers = out[0]["spec"]["template"]["spec"]["containers"]
+    assert "livenessProbe" in containers[0]
+    assert "livenessProbe" not in containers[1]
+
+
+HEALTH = {"httpGet": {"path": "/health", "port": 8000}, "periodSeconds": 10, "initialDelaySeconds": 600}
+CUSTOM = {"exec": {"command": ["/bin/check-engine"]}, "periodSeconds": 30}
+
+
+def test_a_plain_health_check_is_replaced_keeping_its_initial_delay() -> None:
+    spec = pod_spec(container(livenessProbe=HEALTH, readinessProbe=HEALTH, startupProbe=HEALTH))
+    out, log = inject([workload("Deployment", spec)], Options(pyz=b""))
+    c = out[0]["spec"]["template"]["spec"]["containers"][0]
+    assert c["livenessProbe"]["initialDelaySeconds"] == 600
+    assert c["livenessProbe"]["timeoutSeconds"] == 5  # above --timeout 3
+    assert (c["readinessProbe"], c["startupProbe"]) == (HEALTH, HEALTH)  # never touched
+    assert "replaced the liveness probe" in log[0]
+    assert "restarted about 140 s after its last progress" in log[0]
+
+
+def test_the_operators_own_liveness_probe_wins_unless_forced() -> None:
+    doc = workload("Deployment", pod_spec(container(livenessProbe=CUSTOM)))
+    out, log = inject([copy.deepcopy(doc)], Options(pyz=b""))
+    assert out == [doc]  # nothing injected, so no ConfigMap either
+    assert "kept its own liveness probe" in log[0]
+    forced, _ = inject([copy.deepcopy(doc)], Options(pyz=b"", force=True))
+    assert probe_of(forced[0])["exec"]["command"][3] == PYZ_PATH
+
+
+def test_read_only_root_gets_an_emptydir_for_the_state() -> None:
+    entry = container(securityContext={"readOnlyRootFilesystem": True})
+    out, _ = inject([workload("StatefulSet", pod_spec(entry))], Options(pyz=b""))
+    spec = out[0]["spec"]["template"]["spec"]
+    assert probe_of(out[0])["exec"]["command"][-2:] == ["--state-file", "/run/stallprobe/probe.state"]
+    assert {"name": "stallprobe-state", "emptyDir": {"sizeLimit": "1Mi"}} in spec["volumes"]
+    assert {"name": "stallprobe-state", "mountPath": "/run/stallprobe"} in spec["containers"][0]["volumeMounts"]
+    validate(out[0])
+
+
+def test_timing_flags_reach_the_probe_and_the_report() -> None:
+    options = Options(pyz=b"", window=300, timeout=4.5, period=15, failure=5, engine="sglang")
+    out, log = inject([workload("Deployment", pod_spec(container()))], options)
+    probe = probe_of(out[0])
+    assert probe["exec"]["command"][6:] == ["--window", "300", "--timeout", "4.5", "--engine", "sglang"]
+    assert (probe["periodSeconds"], probe["timeoutSeconds"], probe["failureThreshold"]) == (15, 7, 5)
+    assert (
+        "restarted about 360 s after its last progress (window 300 s + period 15 s x (failureThreshold 5 - 1))"
+        in log[0]
+    )
+
+
+def test_one_configmap_per_namespace_last_and_other_documents_kept_in_order() -> None:
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "llm"}, "spec": {"ports": [{"port": 80}]}}
+    docs = [
+        workload("Deployment", pod_spec(container()), "team-a"),
+        service,
+        workload("Pod", pod_spec(container()), "team-b"),
+        workload("DaemonSet", pod_spec(container()), "team-a"),
+    ]
+    out, _ = inject(docs, Options(pyz=b"zip bytes", configmap="probe-build"))
+    assert [d["kind"] for d in out] == ["Deployment", "Service", "Pod", "DaemonSet", "ConfigMap", "ConfigMap"]
+    assert out[1] == service
+    maps = out[4:]
+    assert [(m["metadata"]["name"], m["metadata"]["namespace"]) for m in maps] == [
+        ("probe-build", "team-a"),
+        ("probe-build", "team-b"),
+    ]
+    assert base64.b64decode(maps[0]["binaryData"]["stallprobe.pyz"]) == b"zip bytes"
+    assert out[0]["spec"]["template"]["spec"]["volumes"][0]["configMap"]["name"] == "probe-build"
+
+
+MANIFEST = yaml.safe_dump_all(
+    [workload("Deployment", pod_spec(container(livenessProbe=HEALTH))), workload("Pod", pod_spec(container(name="x")))],
+    sort_keys=False,
+)
+
+
+def test_the_command_is_idempotent_in_yaml() -> None:
+    first = run_inject(MANIFEST)
+    assert first.returncode == 0, first.stderr
+    second = run_inject(first.stdout)
+    assert second.returncode == 0
+    assert second.stdout == first.stdout
+    docs = list(yaml.safe_load_all(first.stdout))
+    assert [d["kind"] for d in docs] == ["Deployment", "Pod", "ConfigMap"]
+    for doc in docs:
+        validate(doc)
+    archive = zipfile.ZipFile(io.BytesIO(base64.b64decode(docs[-1]["binaryData"]["stallprobe.pyz"])))
+    assert "stallprobe/cli.py" in archive.namelist()
+    assert first.stderr.count("stallprobe inject: ") == 2
+
+
+def test_json_in_json_out_and_idempotent() -> None:
+    doc = workload("Deployment", pod_spec(container()))
+    first = run_inject(json.dumps(doc))
+    assert first.returncode == 0, first.stderr
+    out = json.loads(first.stdout)
+    assert (out["kind"], [d["kind"] for d in out["items"]]) == ("List", ["Deployment", "ConfigMap"])
+    for item in out["items"]:
+        validate(item)
+    assert run_inject(first.stdout).stdout == first.stdout
+
+
+def test_json_works_without_pyyaml_and_yaml_says_what_it_needs() -> None:
+    blocked = "import sys; sys.modules['yaml'] = None; from stallprobe.cli import main; sys.exit(main(['inject']))"
+    doc = json.dumps(workload("Pod", pod_spec(container())))
+    ok = subprocess.run([sys.executable, "-c", blocked], input=doc, capture_output=True, text=True, check=False)
+    assert ok.returncode == 0
+    assert json.loads(ok.stdout)["kind"] == "List"
+    no = subprocess.run([sys.executable, "-c", blocked], input=MANIFEST, capture_output=True, text=True, check=False)
+    assert (no.returncode, no.stdout) == (2, "")
+    assert no.stderr == (
+        "stallprobe inject: YAML input needs PyYAML: pip install 'stallprobe[kube]' (JSON input works without it)\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "args", "message"),
+    [
+        ("{not json", [], "the input is not valid JSON"),
+        ("a: [unclosed", [], "the input is not valid YAML"),
+        (MANIFEST, ["--window", "0"], "--window must be a number > 0"),
+        (MANIFEST, ["--period", "0"], "--period must be >= 1"),
+        (MANIFEST, ["--configmap", "Bad_Name"], "--configmap must be a DNS subdomain name"),
+        (MANIFEST, ["-f", "/nonexistent.yaml"], "-f /nonexistent.yaml: No such file or directory"),
+    ],
+)
+def test_bad_input_is_a_one_line_usage_error(text: str, args: list[str], message: str) -> None:
+    result = run_inject(text, *args)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.startswith(f"stallprobe inject: {message}")
+    assert result.stderr.count("\n") == 1
+
+
+def test_nothing_to_inject_is_said() -> None:
+    result = run_inject(yaml.safe_dump({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}}))
+    assert result.returncode == 0
+    assert [d["kind"] for d in yaml.safe_load_all(result.stdout)] == ["Service"]
+    assert "no inference container found" in result.stderr
+
+
+def test_the_deploy_example_is_what_inject_makes_of_it() -> None:
+    before = (REPO / "deploy" / "examples" / "vllm-deployment.yaml").read_text()
+    after = list(yaml.safe_load_all((REPO / "deploy" / "examples" / "vllm-deployment.injected.yaml").read_text()))
+    result = run_inject(before)
+    assert result.returncode == 0, result.stderr
+    made = list(yaml.safe_load_all(result.stdout))
+    assert made[:-1] == after
+    assert made[-1]["kind"] == "ConfigMap"
+    for doc in made:
+        validate(doc)
+
+
+# --- the injected command, run as the kubelet runs it
+
+
+class StubEngine:
+    """A vLLM page on 127.0.0.1:<port> whose numbers the test sets."""
+
+    def __init__(self) -> None:
+        self.page = vllm_page(0, 0, 0)
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                body = outer.page
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:
+                return
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+@pytest.fixture
+def stub() -> Iterator[StubEngine]:
+    engine = StubEngine()
+    yield engine
+    engine.server.shutdown()
+    engine.server.server_close()
+
+
+def test_the_injected_command_as_the_kubelet_runs_it(stub: StubEngine, tmp_path: Path) -> None:
+    manifest = workload("Deployment", pod_spec(container(args=["--port", str(stub.port)])))
+    result = run_inject(json.dumps(manifest), "--window", "1")
+    assert result.returncode == 0, result.stderr
+    deployment, configmap = json.loads(result.stdout)["items"]
+    probe = probe_of(deployment)
+    # The ConfigMap's file, where the volume would mount it.
+    pyz = tmp_path / "opt" / "stallprobe.pyz"
+    pyz.parent.mkdir()
+    pyz.write_bytes(base64.b64decode(configmap["binaryData"]["stallprobe.pyz"]))
+    command = [
+        sys.executable if word == "python3" else str(pyz) if word == PYZ_PATH else word
+        for word in probe["exec"]["command"]
+    ]
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("STALLPROBE_")}, "TMPDIR": str(tmp_path)}
+
+    def kubelet() -> tuple[int, str]:
+        done = subprocess.run(
+            command, capture_output=True, text=True, env=env, timeout=probe["timeoutSeconds"], check=False
+        )
+        return done.returncode, done.stdout
+
+    stub.page = vllm_page(4, 100, 50)
+    assert kubelet()[0] == 0  # baseline
+    stub.page = vllm_page(4, 180, 50)
+    code, line = kubelet()
+    assert (code, line[:12]) == (0, "progressing:")
+    time.sleep(1.2)  # the counters stop for longer than the window
+    code, line = kubelet()
+    assert (code, line[:8]) == (1, "stalled:")
+    stub.page = vllm_page(4, 181, 50)
+    assert kubelet()[0] == 0
+
+
+def test_read_documents_accepts_a_stream_of_json_objects() -> None:
+    form, docs = read_documents('{"kind": "A"}\n{"kind": "B"} [{"kind": "C"}]')
+    assert (form, [d["kind"] for d in docs]) == ("json", ["A", "B", "C"])
