@@ -26,6 +26,7 @@ import math
 import sys
 
 from . import __version__
+from .cli import _num
 from .detector import DEFAULT_WINDOW
 from .errors import StallprobeError
 
@@ -107,10 +108,6 @@ class Options:
         self.force = force
         self.state_volume = state_volume
         self.pyz = pyz
-
-
-def _num(x: float) -> str:
-    return str(int(x)) if x == int(x) else f"{x:g}"
 
 
 def _dig(doc: Any, path: Sequence[str]) -> Any:
