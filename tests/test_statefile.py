@@ -63,6 +63,7 @@ CORRUPT: list[tuple[str, bytes, str]] = [
     ("bad_number", HEAD + b"engine 0\nrunning many\n", "bad line 'running many'"),
     ("bad_signal", HEAD + b"engine 0\nsignal x\n", "bad line"),
     ("bad_escape", HEAD + b"engine %zz\n", "bad line"),
+    ("unknown_field", HEAD + b"engine 0\nsignals 1\nsignal a 2\n", "unknown field 'signals'"),
     ("nan", HEAD + b"engine 0\nrunning nan\ngeneration 1\nprompt 1\nt 1\nwaiting 0\n", "invalid"),
     ("other_boot", FORMAT.encode() + b"\nboot_id another\nengine 0\n", "another boot"),
     ("huge", b"x" * 100_000, "too large"),

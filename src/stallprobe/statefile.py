@@ -32,6 +32,7 @@ _MAX_SIZE = 64 * 1024  # a valid file is ~200 bytes; anything far larger is not 
 _BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 _SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-")
 _NAME_SAFE = _SAFE | frozenset("_:")
+_FIELDS = ("running", "generation", "prompt", "t", "waiting", "stall_since")
 _HINT = "mount an emptyDir at /tmp or point --state-file elsewhere"
 
 
@@ -90,29 +91,32 @@ def _parse(text: str, boot_id: str) -> tuple[dict[str, State] | None, str]:
     if lines[1][8:] != boot_id:
         return None, "state file is from another boot"
     engines: dict[str, dict[str, object]] = {}
-    fields: dict[str, object] | None = None
+    signals: dict[str, dict[str, float]] = {}
+    name = None
     try:
         for line in lines[2:]:
             if not line:
                 continue
             key, _, value = line.partition(" ")
             if key == "engine":
-                fields = engines.setdefault(_unquote(value), {"signals": {}})
-            elif fields is None:
+                name = _unquote(value)
+                engines.setdefault(name, {})
+                signals.setdefault(name, {})
+            elif name is None:
                 return None, "state file has a field outside an engine"
             elif key == "signal":
-                name, _, number = value.partition(" ")
-                signals = fields["signals"]
-                assert isinstance(signals, dict)
-                signals[_unquote(name)] = float(number)
+                signal, _, number = value.partition(" ")
+                signals[name][_unquote(signal)] = float(number)
+            elif key in _FIELDS:
+                engines[name][key] = None if value == "none" else float(value)
             else:
-                fields[key] = None if value == "none" else float(value)
+                return None, f"state file has an unknown field {key[:40]!r}"
     except ValueError:
         return None, f"state file has a bad line {line[:60]!r}"
     if not engines:
         return None, "state file names no engine"
     try:
-        return {name: State.from_dict(data) for name, data in engines.items()}, ""
+        return {key: State.from_dict({**data, "signals": signals[key]}) for key, data in engines.items()}, ""
     except ValueError as exc:
         return None, f"state file is invalid ({exc})"
 
@@ -153,7 +157,7 @@ def _render(states: Mapping[str, State], boot_id: str) -> bytes:
         lines.append(f"engine {_quote(name)}")
         last = state.last
         # repr() of a float reads back to the same float, so a round trip never moves a counter.
-        for key in ("running", "generation", "prompt", "t", "waiting"):
+        for key in _FIELDS[:-1]:
             lines.append(f"{key} {getattr(last, key)!r}")
         lines.append(f"stall_since {'none' if state.stall_since is None else repr(state.stall_since)}")
         lines.extend(f"signal {_quote(key)} {value!r}" for key, value in last.signals.items())
