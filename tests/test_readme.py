@@ -87,7 +87,7 @@ def test_first_lines_are_the_two_newcomer_commands() -> None:
     first = README.split("\n", 8)[:7]
     assert first[3].startswith("python3 -m venv .venv && .venv/bin/pip install . && .venv/bin/python scripts/demo")
     assert first[4].startswith(
-        "python3 -m venv .venv && .venv/bin/pip install -e '.[test]' && scripts/install-real-engine "
+        "python3 -m venv .venv && .venv/bin/pip install -e '.[test]' && scripts/install-test-tools "
         "&& .venv/bin/python -m pytest"
     )
 

