@@ -7,7 +7,17 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from conftest import FIXTURES, fixture_page, vllm_page
 from stallprobe import MetricsError, Sample
-from stallprobe.engines import DIALECTS, LLAMACPP, SGLANG, VLLM, detect, precision_note, read_engines, read_sample
+from stallprobe.engines import (
+    DIALECTS,
+    LLAMACPP,
+    SGLANG,
+    VLLM,
+    choose,
+    detect,
+    precision_note,
+    read_engines,
+    read_sample,
+)
 
 RUN, WAIT, PROMPT, GEN = VLLM.running, VLLM.waiting, VLLM.prompt, VLLM.generation
 KV = "vllm:kv_cache_usage_perc"
@@ -229,3 +239,17 @@ def test_precision_note_when_rounding_can_hide_progress(
 
 def test_no_precision_note_for_engines_that_print_every_digit() -> None:
     assert precision_note(VLLM, Sample(1, 5e12, 5e12, 0.0, signals={KV: 1e9})) == ""
+
+
+def test_choose_reads_the_engine_flag_and_the_overrides() -> None:
+    page = vllm_page(2, 10, 10)
+    assert choose(page) is VLLM  # the table's own dialect when nothing is overridden
+    assert choose(page, "llamacpp") is LLAMACPP  # as told, whatever the page
+    renamed = choose(page, "auto", {"waiting": "vllm:num_requests_waiting_by_reason"})
+    assert (renamed.name, renamed.waiting, renamed.running) == (
+        "vllm",
+        "vllm:num_requests_waiting_by_reason",
+        VLLM.running,
+    )
+    with pytest.raises(ValueError, match="unknown engine 'tgi'"):
+        choose(page, "tgi")

@@ -20,8 +20,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from .engines import Dialect
-
 __all__ = ["EXIT_MEANINGS", "OPTIONS", "Config", "ExitCode", "configure", "main"]
 
 DEFAULT_URL = "http://127.0.0.1:8000/metrics"
@@ -77,7 +75,8 @@ _SWITCHES = {flag for flag, _, metavar, _, _ in OPTIONS if not metavar}
 _LISTS = {flag for flag, _, metavar, _, _ in OPTIONS if metavar.endswith("...")}
 _USAGE = """\
 usage: stallprobe [--url URL] [--window S] [--timeout S] [--engine NAME] [options]
-       stallprobe inject [-f FILE] [options]    put the probe into Kubernetes manifests (see inject --help)"""
+       stallprobe inject [-f FILE] [options]    put the probe into Kubernetes manifests (see inject --help)
+       stallprobe watch URL [URL ...] [options]  watch a pool of engines (see watch --help)"""
 
 
 def help_text() -> str:
@@ -335,17 +334,8 @@ def _emit(config_json: bool, line: str, fields: dict[str, object]) -> None:
     sys.stdout.flush()
 
 
-def _dialect(config: Config, page: bytes) -> Dialect:
-    from .engines import DIALECTS, detect
-
-    candidates = [d.with_names(**config.names) for d in DIALECTS if config.engine in ("auto", d.name)]
-    if config.engine != "auto":
-        return candidates[0]
-    return detect(page, candidates)
-
-
 def _run(config: Config) -> int:
-    from .engines import precision_note, read_engines
+    from .engines import choose, precision_note, read_engines
     from .scrape import fetch
     from .statefile import load, read_boot_id, save
 
@@ -355,7 +345,7 @@ def _run(config: Config) -> int:
     # CLOCK_MONOTONIC is one clock for every process since boot: a wall-clock step cannot fake a
     # stall, and the boot id in the state file catches the one case where it restarts.
     now = time.monotonic()
-    dialect = _dialect(config, page)
+    dialect = choose(page, config.engine, config.names)
     samples = read_engines(page, now, dialect, config.progress)
     result = assess_engines(previous, samples, config.window, config.saturation, include_waiting=config.include_waiting)
     save(config.state_file, result.states, boot_id)
@@ -410,6 +400,10 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         from .inject import main as inject_main
 
         return inject_main(args[1:])
+    if args and args[0] == "watch":
+        from .watch import main as watch_main
+
+        return watch_main(args[1:], env)
     use_json = "--json" in args or env.get("STALLPROBE_JSON", "").lower() in ("1", "true", "yes", "on")
     try:
         config = configure(args, env)

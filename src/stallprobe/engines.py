@@ -13,7 +13,7 @@ from .exposition import find_series, is_declared
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
 __all__ = [
     "DIALECTS",
@@ -21,6 +21,7 @@ __all__ = [
     "SGLANG",
     "VLLM",
     "Dialect",
+    "choose",
     "detect",
     "precision_note",
     "read_engines",
@@ -168,6 +169,15 @@ def detect(page: bytes, candidates: Sequence[Dialect] = DIALECTS) -> Dialect:
         raise MetricsError("not a metrics page: the server sent HTML")
     known = ", ".join(d.name for d in candidates)
     raise MetricsError(f"no known engine's metrics on the page (looked for {known}): pass --engine and names")
+
+
+def choose(page: bytes, engine: str = "auto", names: Mapping[str, str] | None = None) -> Dialect:
+    """The dialect to read `page` with: the named engine's, or with "auto" the one the page fits; the
+    family names in `names` (running, waiting, prompt, generation, engine_label) override its own."""
+    candidates = [d.with_names(**names) if names else d for d in DIALECTS if engine in ("auto", d.name)]
+    if not candidates:
+        raise ValueError(f"unknown engine {engine!r}")
+    return detect(page, candidates) if engine == "auto" else candidates[0]
 
 
 def _finite(name: str, value: float) -> float:

@@ -44,6 +44,11 @@ def parse_url(url: str) -> tuple[str, int, str]:
         host, _, port_text = hostport.partition(":")
     if not host:
         raise ValueError("has no host")
+    if not host.isascii():
+        try:
+            host.encode("idna")  # what fetch() resolves; a name IDNA refuses can never be reached
+        except UnicodeError:
+            raise ValueError("has a host name that cannot be encoded for DNS") from None
     if not port_text:
         port = 80
     elif port_text.isdigit() and 0 < int(port_text) < 65536:

@@ -1,0 +1,766 @@
+"""`stallprobe watch ...` through the real command, against a pool of simulated engines on loopback.
+
+Every engine is a small HTTP server whose counters move (or not) with each scrape, so what the watch sees
+depends on its polls, never on how fast the machine is. No test sleeps and then counts: each waits, with
+a generous bound, for the state it needs, and counts only what the design fixes (a hook runs once per
+episode; --once polls twice). The terminal view is read back through a pseudo-terminal and a minimal
+screen that understands only the few sequences the watch is allowed to send.
+"""
+
+from __future__ import annotations
+
+import codecs
+import fcntl
+import json
+import os
+import re
+import select
+import shlex
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import termios
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import IO
+
+import pytest
+
+from conftest import RawServer, vllm_page
+from stallprobe.cli import ExitCode
+from stallprobe.watch import DEFAULT_COOLDOWN, Row, WatchConfig, endpoint_name, help_text, main, once_code, table
+
+Behave = Callable[[socket.socket, threading.Event], None]
+StartRaw = Callable[[Behave], RawServer]
+WAIT = 60.0  # the bound on any wait for an eventual state: far above what a loaded 2-core machine needs
+
+# running, waiting, generation tokens added per scrape
+MODES = {"idle": (0, 0, 0), "saturated": (12, 99, 7), "wedged": (21, 0, 0), "moving": (4, 0, 5)}
+
+
+class SimEngine:
+    """A simulated vLLM engine on loopback. Each scrape advances its counter by its mode's step, so a
+    wedged engine's counters stay where they were when it wedged, as a real one's do."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        self.lock = threading.Lock()
+        self.generation = 1000
+        self.scrapes = 0
+        engine = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                page = engine.page()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+                self.send_header("Content-Length", str(len(page)))
+                self.end_headers()
+                self.wfile.write(page)
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/metrics"
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
+        self.thread.start()
+
+    def page(self) -> bytes:
+        with self.lock:
+            self.scrapes += 1
+            mode = self.mode
+            if mode == "html":
+                return b"<!doctype html><html><body>login</body></html>\n"
+            if mode == "dp":
+                # Data parallelism: engine 0 wedged, engine 1 moving.
+                rows = (("0", 3, 500), ("1", 4, 600 + 5 * self.scrapes))
+                return "".join(
+                    f'vllm:num_requests_running{{engine="{e}",model_name="m"}} {r}\n'
+                    f'vllm:prompt_tokens_total{{engine="{e}",model_name="m"}} 70\n'
+                    f'vllm:generation_tokens_total{{engine="{e}",model_name="m"}} {g}\n'
+                    for e, r, g in rows
+                ).encode()
+            running, waiting, step = MODES[mode]
+            self.generation += step
+            return vllm_page(running, self.generation, 400, waiting)
+
+    def set(self, mode: str) -> None:
+        with self.lock:
+            self.mode = mode
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def pool() -> Iterator[Callable[[str], SimEngine]]:
+    engines: list[SimEngine] = []
+
+    def start(mode: str) -> SimEngine:
+        engines.append(SimEngine(mode))
+        return engines[-1]
+
+    yield start
+    for engine in engines:
+        engine.close()
+
+
+def refuse() -> str:
+    """A loopback port with nothing listening on it."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}/metrics"
+
+
+def clean_env() -> dict[str, str]:
+    drop = ("STALLPROBE_", "COLUMNS", "LINES")
+    return {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+
+
+def watch_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "stallprobe", "watch", *args]
+
+
+def start(
+    argv: list[str], stdin: int | None = None, stdout: int = subprocess.PIPE, stderr: int = subprocess.PIPE
+) -> subprocess.Popen[str]:
+    """Popen, with SIGINT deliverable in the child even when this test run was started with it ignored (a
+    shell starts `pytest &` so, and children inherit it): these tests press Ctrl-C."""
+    ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    if ignored:
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # a handled signal is reset at exec
+    try:
+        return subprocess.Popen(argv, stdin=stdin, stdout=stdout, stderr=stderr, text=True, env=clean_env())
+    finally:
+        if ignored:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def run_once(*args: str, timeout: float = WAIT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        watch_command("--once", *args), capture_output=True, text=True, env=clean_env(), timeout=timeout, check=False
+    )
+
+
+class Watcher:
+    """`stallprobe watch` running in the background, its stdout collected line by line as it comes."""
+
+    def __init__(self, *args: str) -> None:
+        self.proc = start(watch_command(*args))
+        self.lines: list[str] = []
+        self.err: list[str] = []
+        self.readers = [
+            threading.Thread(target=self._read, args=(self.proc.stdout, self.lines), daemon=True),
+            threading.Thread(target=self._read, args=(self.proc.stderr, self.err), daemon=True),
+        ]
+        for reader in self.readers:
+            reader.start()
+
+    @staticmethod
+    def _read(stream: IO[str], into: list[str]) -> None:
+        for line in iter(stream.readline, ""):
+            into.append(line)
+
+    def rows(self) -> list[dict[str, object]]:
+        return [json.loads(line) for line in list(self.lines)]
+
+    def of(self, url: str, engine: str | None = None) -> list[dict[str, object]]:
+        return [row for row in self.rows() if row["url"] == url and row["engine"] == engine]
+
+    def latest(self, url: str, engine: str | None = None) -> dict[str, object]:
+        """The last row for this engine; {} before its first."""
+        rows = self.of(url, engine)
+        return rows[-1] if rows else {}
+
+    def hook(self, url: str) -> str:
+        """What the last row for this endpoint says about its hooks."""
+        return str(self.latest(url).get("hook"))
+
+    def wait_for(self, what: str, ready: Callable[[], bool], timeout: float = WAIT) -> None:
+        deadline = time.monotonic() + timeout
+        while not ready():
+            if self.proc.poll() is not None:
+                pytest.fail(f"watch exited ({self.proc.returncode}) before {what}: {''.join(self.err)[-2000:]}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"no {what} within {timeout} s; last lines:\n{''.join(self.lines[-8:])}")
+            time.sleep(0.05)
+
+    def stop(self, sig: int = signal.SIGINT) -> int:
+        self.proc.send_signal(sig)
+        code = self.proc.wait(30)
+        for reader in self.readers:
+            reader.join(10)
+        return code
+
+
+@pytest.fixture
+def watching() -> Iterator[Callable[..., Watcher]]:
+    started: list[Watcher] = []
+
+    def start(*args: str) -> Watcher:
+        started.append(Watcher(*args))
+        return started[-1]
+
+    yield start
+    for watcher in started:
+        if watcher.proc.poll() is None:
+            watcher.proc.kill()
+            watcher.proc.wait(30)
+
+
+# The hook: appends its STALLPROBE_* environment, pid and time to a log; then behaves as the behaviour file
+# (URL -> "hang" or "fail") says for its URL.
+HOOK = """
+import json, os, sys, time
+record = {k: v for k, v in os.environ.items() if k.startswith("STALLPROBE_")}
+record.update(pid=os.getpid(), t=time.monotonic())
+with open(sys.argv[1], "a") as log:
+    log.write(json.dumps(record) + "\\n")
+behaviour = json.loads(open(sys.argv[2]).read()).get(os.environ["STALLPROBE_URL"]) if len(sys.argv) > 2 else None
+if behaviour == "hang":
+    time.sleep(120)
+if behaviour == "fail":
+    print("restart failed: boom")
+    sys.exit(3)
+"""
+
+
+class Hook:
+    def __init__(self, folder: Path, name: str, behaviour: dict[str, str] | None = None) -> None:
+        script = folder / "hook.py"
+        script.write_text(HOOK)
+        self.log = folder / f"{name}.log"
+        argv = [sys.executable, str(script), str(self.log)]
+        if behaviour is not None:
+            (folder / f"{name}.json").write_text(json.dumps(behaviour))
+            argv.append(str(folder / f"{name}.json"))
+        self.command = shlex.join(argv)
+
+    def runs(self) -> list[dict[str, object]]:
+        if not self.log.exists():
+            return []
+        return [json.loads(line) for line in self.log.read_text().splitlines() if line.endswith("}")]
+
+
+REQUIRED = {"url", "engine", "verdict", "running", "waiting", "prompt_tokens_per_s", "generation_tokens_per_s"}
+
+
+# --- verdicts
+
+
+def test_a_pool_gets_the_right_verdict_per_engine_in_json_lines(
+    pool: Callable[[str], SimEngine], watching: Callable[..., Watcher]
+) -> None:
+    idle, saturated, wedged, dp, html = (pool(m) for m in ("idle", "saturated", "wedged", "dp", "html"))
+    dead = refuse()
+    urls = [idle.url, saturated.url, wedged.url, dp.url, html.url, dead]
+    watch = watching("--json", "--interval", "0.3", "--window", "1", *urls)
+    expected = {
+        (idle.url, None): "idle",
+        (saturated.url, None): "saturated",
+        (wedged.url, None): "stalled",
+        (dp.url, "0"): "stalled",
+        (dp.url, "1"): "progressing",
+        (html.url, None): "error",
+        (dead, None): "unreachable",
+    }
+
+    def all_there() -> bool:
+        return all(watch.latest(*key).get("verdict") == verdict for key, verdict in expected.items())
+
+    watch.wait_for("every verdict", all_there)
+    assert watch.stop() == 0
+    assert watch.err == []
+    rows = watch.rows()
+    for row in rows:
+        assert set(row) >= REQUIRED, row
+    # One line per engine per poll, every endpoint in every poll: none hides another.
+    polls: dict[object, list[tuple[object, object]]] = {}
+    for row in rows:
+        polls.setdefault(row["time"], []).append((row["url"], row["engine"]))
+    for keys in polls.values():
+        assert sorted(keys, key=str) == sorted(expected, key=str)
+    # The first poll has nothing to compare with.
+    first = [row for row in rows if row["time"] == rows[0]["time"]]
+    assert {row["verdict"] for row in first} == {"baseline", "error", "unreachable"}
+
+    last = watch.latest
+    sat = last(saturated.url)
+    assert (sat["running"], sat["waiting"], sat["prompt_tokens_per_s"]) == (12, 99, 0)
+    assert isinstance(sat["generation_tokens_per_s"], float)
+    assert sat["generation_tokens_per_s"] > 0
+    assert last(idle.url)["generation_tokens_per_s"] == 0
+    stuck = last(wedged.url)
+    assert (stuck["running"], stuck["generation_tokens_per_s"], stuck["exit_code"]) == (21, 0, 1)
+    assert isinstance(stuck["stalled_for"], float)
+    assert stuck["stalled_for"] >= 1
+    assert str(stuck["message"]).startswith("stalled: 21 running, 0 waiting; no token progress for ")
+    moving = last(dp.url, "1")["generation_tokens_per_s"]
+    assert isinstance(moving, float)
+    assert moving > 0
+    gone = last(dead)
+    assert (gone["running"], gone["waiting"], gone["generation_tokens_per_s"], gone["exit_code"]) == (
+        None,
+        None,
+        None,
+        3,
+    )
+    assert "connection refused" in str(gone["error"])
+    page = last(html.url)
+    assert (page["exit_code"], page["error"]) == (4, "not a metrics page: the server sent HTML")
+    # held_for: how long the verdict has held, growing while it holds.
+    held = [float(str(row["held_for"])) for row in watch.of(idle.url) if row["verdict"] == "idle"]
+    assert held == sorted(held)
+    assert held[0] == 0
+
+
+ONCE = [
+    (["idle", "saturated"], 0),
+    (["idle", "saturated", "refused"], 3),
+    (["idle", "html", "refused"], 4),
+    (["wedged", "html", "refused", "saturated"], 1),
+]
+
+
+@pytest.mark.parametrize(("modes", "code"), ONCE, ids=["+".join(m) for m, _ in ONCE])
+def test_once_exits_with_the_worst_endpoint_code(pool: Callable[[str], SimEngine], modes: list[str], code: int) -> None:
+    urls = [refuse() if mode == "refused" else pool(mode).url for mode in modes]
+    # A stall needs the window to fit in the one interval between the two polls.
+    result = run_once("--json", "--interval", "1", "--window", "0.1", *urls)
+    assert (result.returncode, result.stderr) == (code, "")
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [row["url"] for row in rows] == urls  # the second poll only, one line per endpoint
+    verdicts = {"refused": "unreachable", "html": "error", "wedged": "stalled"}
+    assert [row["verdict"] for row in rows] == [verdicts.get(mode, mode) for mode in modes]
+
+
+def test_once_piped_writes_one_line_per_engine(pool: Callable[[str], SimEngine]) -> None:
+    idle, dp = pool("idle"), pool("dp")
+    dead = refuse()
+    result = run_once("--interval", "1", "--window", "0.1", idle.url, dp.url, dead)
+    assert (result.returncode, result.stderr) == (ExitCode.STALLED, "")
+    lines = result.stdout.splitlines()
+    assert len(lines) == 4
+    assert re.fullmatch(rf"{re.escape(idle.url)}: idle: 0 running, 0 waiting; held \d\.\d s", lines[0])
+    assert re.fullmatch(
+        rf"{re.escape(dp.url)} engine 0: stalled: 3 running, 0 waiting; no token progress for \d\.\d s "
+        r"\(window 0\.1 s\); held \d\.\d s",
+        lines[1],
+    )
+    assert lines[2].startswith(f"{dp.url} engine 1: progressing: 4 running, 0 waiting; +0 prompt and +5 generation")
+    assert lines[3].startswith(f"{dead}: unreachable: scrape {dead}: connection refused")
+
+
+def hangs(conn: socket.socket, stop: threading.Event) -> None:
+    stop.wait(WAIT)
+
+
+def test_slow_endpoints_are_scraped_side_by_side(pool: Callable[[str], SimEngine], raw_server: StartRaw) -> None:
+    slow = [raw_server(hangs).url for _ in range(4)]
+    idle = pool("idle")
+    started = time.monotonic()
+    result = run_once("--json", "--interval", "0.3", "--timeout", "2", *slow, idle.url)
+    elapsed = time.monotonic() - started
+    assert result.returncode == ExitCode.SCRAPE
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [row["verdict"] for row in rows] == ["unreachable"] * 4 + ["idle"]
+    assert all("no complete answer within 2 s (--timeout)" in str(row["error"]) for row in rows[:4])
+    # Two polls of four endpoints that never answer: 16 s one after another, about 4 s side by side.
+    assert elapsed < 14, elapsed
+
+
+# --- the watchdog
+
+
+def test_stalled_hook_runs_once_per_episode_and_never_for_saturated(
+    pool: Callable[[str], SimEngine], watching: Callable[..., Watcher], tmp_path: Path
+) -> None:
+    saturated, wedged, dp = pool("saturated"), pool("wedged"), pool("dp")
+    on_stalled, on_saturated = Hook(tmp_path, "stalled"), Hook(tmp_path, "saturated")
+    watch = watching(
+        "--json",
+        "--interval",
+        "0.2",
+        "--window",
+        "0.6",
+        "--cooldown",
+        "3600",
+        "--on-stalled",
+        on_stalled.command,
+        "--on-saturated",
+        on_saturated.command,
+        saturated.url,
+        wedged.url,
+        dp.url,
+    )
+    watch.wait_for("both stalled hooks", lambda: len(on_stalled.runs()) >= 2)
+    watch.wait_for("the saturated hook", lambda: len(on_saturated.runs()) >= 1)
+    # Five more polls of the same episodes change nothing.
+    seen = len(watch.of(wedged.url))
+    watch.wait_for("five more polls", lambda: len(watch.of(wedged.url)) >= seen + 5)
+    runs = sorted(on_stalled.runs(), key=lambda r: str(r["STALLPROBE_URL"]))
+    assert [(r["STALLPROBE_URL"], r["STALLPROBE_ENGINE"], r["STALLPROBE_VERDICT"]) for r in runs] == sorted(
+        [(wedged.url, "", "stalled"), (dp.url, "0", "stalled")]
+    )
+    assert all(str(r["STALLPROBE_MESSAGE"]).startswith("stalled: ") for r in runs)
+    assert [(r["STALLPROBE_URL"], r["STALLPROBE_VERDICT"]) for r in on_saturated.runs()] == [
+        (saturated.url, "saturated")
+    ]
+    # Each hook started in a poll that saw the engine stalled (never suspect on the way there).
+    for run in runs:
+        engine = str(run["STALLPROBE_ENGINE"]) or None
+        started = [r for r in watch.of(str(run["STALLPROBE_URL"]), engine) if f"(pid {run['pid']})" in str(r["hook"])]
+        assert started
+        assert started[0]["verdict"] == "stalled"
+        assert any("exited 0" in str(r["hook"]) for r in started)
+
+    # A second episode inside the cooldown: the engine moves, then wedges again. The hook waits.
+    wedged.set("moving")
+    watch.wait_for("progress", lambda: watch.latest(wedged.url).get("verdict") == "progressing")
+    wedged.set("wedged")
+    moved = len(watch.of(wedged.url))
+    watch.wait_for("the second stall", lambda: any(r["verdict"] == "stalled" for r in watch.of(wedged.url)[moved:]))
+    seen = len(watch.of(wedged.url))
+    watch.wait_for("five more polls", lambda: len(watch.of(wedged.url)) >= seen + 5)
+    held = [r for r in watch.of(wedged.url)[moved:] if r["verdict"] == "stalled"]
+    assert all("--on-stalled held by --cooldown" in str(r["hook"]) for r in held)
+    assert len([r for r in on_stalled.runs() if r["STALLPROBE_URL"] == wedged.url]) == 1
+    assert len(on_saturated.runs()) == 1
+    assert watch.stop() == 0
+    assert watch.err == []
+
+
+def test_after_the_cooldown_a_new_episode_runs_the_hook_again(
+    pool: Callable[[str], SimEngine], watching: Callable[..., Watcher], tmp_path: Path
+) -> None:
+    cooldown = 2.0
+    engine = pool("wedged")
+    hook = Hook(tmp_path, "stalled")
+    args = ("--json", "--interval", "0.2", "--window", "0.6", "--cooldown", str(cooldown))
+    watch = watching(*args, "--on-stalled", hook.command, engine.url)
+    watch.wait_for("the first run", lambda: len(hook.runs()) == 1)
+    engine.set("moving")
+    watch.wait_for("progress", lambda: watch.latest(engine.url).get("verdict") == "progressing")
+    engine.set("wedged")
+    moved = len(watch.of(engine.url))
+    watch.wait_for("the second run", lambda: len(hook.runs()) == 2)
+    seen = len(watch.of(engine.url))
+    watch.wait_for("five more polls", lambda: len(watch.of(engine.url)) >= seen + 5)
+    assert len(hook.runs()) == 2  # once per episode: the second episode goes on, and runs nothing more
+    assert watch.stop(signal.SIGTERM) == 0
+
+    rows = watch.of(engine.url)
+
+    def started_at(pid: object) -> float:
+        first = next(r for r in rows if f"(pid {pid})" in str(r["hook"]))
+        assert first["verdict"] == "stalled"
+        assert isinstance(first["time"], float)
+        return first["time"]
+
+    one, two = (started_at(run["pid"]) for run in hook.runs())
+    assert two - one >= cooldown - 0.05
+    second_stall = next(r for r in rows[moved:] if r["verdict"] == "stalled")
+    assert isinstance(second_stall["time"], float)
+    if second_stall["time"] < one + cooldown:  # (on any machine not starved for seconds)
+        assert "--on-stalled held by --cooldown" in str(second_stall["hook"])
+
+
+def pid_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_a_hook_that_hangs_or_fails_does_not_stop_the_watch(
+    pool: Callable[[str], SimEngine], watching: Callable[..., Watcher], tmp_path: Path
+) -> None:
+    hanging, failing = pool("wedged"), pool("wedged")
+    hook = Hook(tmp_path, "stalled", {hanging.url: "hang", failing.url: "fail"})
+    args = ("--json", "--interval", "0.2", "--window", "0.4", "--hook-timeout", "3")
+    watch = watching(*args, "--on-stalled", hook.command, hanging.url, failing.url)
+    watch.wait_for("the failure", lambda: "failed with exit 3" in watch.hook(failing.url))
+    assert re.fullmatch(
+        r"--on-stalled \(pid \d+\) ran [\d.]+ s ago: failed with exit 3: restart failed: boom", watch.hook(failing.url)
+    )
+    watch.wait_for("the hang to be killed", lambda: "killed after 3 s (--hook-timeout)" in watch.hook(hanging.url))
+    # The watch went on polling while the hook hung.
+    assert any("running for" in str(row["hook"]) for row in watch.of(hanging.url))
+    (run,) = [r for r in hook.runs() if r["STALLPROBE_URL"] == hanging.url]
+    assert isinstance(run["pid"], int)
+    deadline = time.monotonic() + WAIT
+    while not pid_gone(run["pid"]):
+        assert time.monotonic() < deadline, "the hung hook was not reaped"
+        time.sleep(0.05)
+    seen = len(watch.of(hanging.url))
+    watch.wait_for("more polls", lambda: len(watch.of(hanging.url)) >= seen + 3)
+    assert len(hook.runs()) == 2
+    assert watch.stop() == 0
+    assert watch.err == []
+
+
+# --- the terminal
+
+
+class Screen:
+    """Just enough of a terminal to read back what the watch draws: text, CR, LF, and the few control
+    sequences it is allowed to send. Anything else fails the test."""
+
+    SEQUENCE = re.compile(r"\x1b\[(\??)([0-9;]*)([A-Za-z])")
+    PARTIAL = re.compile(r"\x1b(\[\??[0-9;]*)?")
+
+    def __init__(self, rows: int, cols: int) -> None:
+        self.rows, self.cols = rows, cols
+        self.grid = [[" "] * cols for _ in range(rows)]
+        self.row = self.col = 0
+        self.cursor_visible = True
+        self.pending = ""
+        self.frame_done = False  # the last thing fed ended a frame (the erase below that closes it)
+
+    def feed(self, text: str) -> None:
+        text, self.pending = self.pending + text, ""
+        i = 0
+        while i < len(text):
+            self.frame_done = False
+            ch = text[i]
+            if ch == "\x1b":
+                match = self.SEQUENCE.match(text, i)
+                if match is None:
+                    assert self.PARTIAL.fullmatch(text, i), f"unexpected escape {text[i : i + 12]!r}"
+                    self.pending = text[i:]  # cut between two reads
+                    return
+                self.control(match[1], match[2], match[3])
+                i = match.end()
+                continue
+            if ch == "\r":
+                self.col = 0
+            elif ch == "\n":
+                if self.row == self.rows - 1:
+                    self.grid = [*self.grid[1:], [" "] * self.cols]
+                else:
+                    self.row += 1
+            elif ch >= " ":
+                if self.col < self.cols:
+                    self.grid[self.row][self.col] = ch
+                    self.col += 1
+            else:
+                raise AssertionError(f"unexpected control character {ch!r}")
+            i += 1
+
+    def control(self, private: str, params: str, final: str) -> None:
+        if (private, params, final) in (("?", "25", "l"), ("?", "25", "h")):
+            self.cursor_visible = final == "h"
+        elif not private and final == "H" and params in ("", "1;1"):
+            self.row = self.col = 0
+        elif not private and final == "K" and params in ("", "0"):
+            self.grid[self.row][self.col :] = [" "] * (self.cols - self.col)
+        elif not private and final == "J" and params in ("", "0"):
+            self.grid[self.row][self.col :] = [" "] * (self.cols - self.col)
+            for below in range(self.row + 1, self.rows):
+                self.grid[below] = [" "] * self.cols
+            self.frame_done = True
+        elif not private and final == "J" and params == "2":
+            self.grid = [[" "] * self.cols for _ in range(self.rows)]
+        else:
+            raise AssertionError(f"unexpected sequence ESC[{private}{params}{final}")
+
+    def lines(self) -> list[str]:
+        return ["".join(row).rstrip() for row in self.grid]
+
+    def text(self) -> str:
+        return "\n".join(self.lines()).rstrip()
+
+
+def on_terminal(
+    args: list[str], ready: Callable[[Screen], bool], rows: int = 30, cols: int = 200
+) -> tuple[Screen, int, Screen]:
+    """Run the watch on a pseudo-terminal until the screen is `ready`, then Ctrl-C it (SIGINT).
+
+    The screen when it was ready, the exit code, and the screen as the watch left it.
+    """
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+    proc = start(watch_command(*args), stdin=slave, stdout=slave, stderr=slave)
+    os.close(slave)
+    screen = Screen(rows, cols)
+    decoder = codecs.getincrementaldecoder("utf-8")()
+
+    def pump(until: Callable[[], bool]) -> bool:
+        deadline = time.monotonic() + WAIT
+        while time.monotonic() < deadline:
+            if until():
+                return True
+            if select.select([master], [], [], 0.05)[0]:
+                try:
+                    data = os.read(master, 65536)
+                except OSError:  # EIO: the watch is gone and the terminal with it
+                    data = b""
+                if not data:
+                    return until()
+                screen.feed(decoder.decode(data))
+        return False
+
+    try:
+        # Judged only between frames, never on one half redrawn.
+        if not pump(lambda: screen.frame_done and ready(screen)):
+            pytest.fail(f"the screen never got there:\n{screen.text()}")
+        seen = Screen(rows, cols)
+        seen.grid = [row[:] for row in screen.grid]
+        proc.send_signal(signal.SIGINT)
+        pump(lambda: False)  # to the end of its output
+        code = proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+        os.close(master)
+    return seen, code, screen
+
+
+def test_terminal_table_redraws_one_row_per_engine_and_a_total(pool: Callable[[str], SimEngine]) -> None:
+    idle, saturated, wedged = pool("idle"), pool("saturated"), pool("wedged")
+    dead = refuse()
+    urls = [idle.url, saturated.url, wedged.url, dead]
+    names = [endpoint_name(url) for url in urls]
+    verdicts = ["idle", "saturated", "stalled", "unreachable"]
+
+    def row_of(screen: Screen, name: str) -> list[list[str]]:
+        return [line.split() for line in screen.lines() if line.startswith(name + " ")]
+
+    def ready(screen: Screen) -> bool:
+        rows = [row_of(screen, name) for name in names]
+        total = row_of(screen, "total")
+        shown = [row[0][2] if len(row) == 1 and len(row[0]) > 2 else None for row in rows]
+        return shown == verdicts and len(total) == 1 and total[0][1] == "stalled"
+
+    seen, code, after = on_terminal(["--interval", "0.3", "--window", "1", *urls], ready)
+    assert code == 0
+    lines = seen.lines()
+    assert re.fullmatch(
+        r"stallprobe watch  4 endpoints  every 0\.3 s  window 1 s  \d\d:\d\d:\d\d  Ctrl-C quits", lines[0]
+    )
+    assert lines[1].split() == [
+        "ENDPOINT",
+        "ENGINE",
+        "VERDICT",
+        "HELD",
+        "RUNNING",
+        "WAITING",
+        "PROMPT/S",
+        "GEN/S",
+        "NOTE",
+    ]
+    # Each endpoint exactly once: the table is redrawn in place, not scrolled.
+    assert [line.split()[0] for line in lines[2:7]] == [*names, "total"]
+    held = r"(\d+\.\d s|\d+ s|\dm\d\ds)"
+    # engine, verdict, held, running, waiting, prompt and generation tok/s, note
+    assert re.fullmatch(rf"\S+ +- +idle +{held} +0 +0 +0\.0 +0\.0", lines[2])
+    assert re.fullmatch(rf"\S+ +- +saturated +{held} +12 +99 +0\.0 +[\d.]+ +busy, not stuck: do not restart", lines[3])
+    assert re.fullmatch(rf"\S+ +- +stalled +{held} +21 +0 +0\.0 +0\.0 +no token progress for [\d.]+ s", lines[4])
+    assert re.fullmatch(rf"\S+ +- +unreachable +{held} +- +- +- +- +connection refused .*", lines[5])
+    # The pool: its worst verdict, the sums, and how many of each.
+    assert re.fullmatch(
+        r"total +stalled +33 +99 +0\.0 +[\d.]+ +1 stalled, 1 unreachable, 1 saturated, 1 idle", lines[6]
+    )
+    assert all(line == "" for line in lines[7:])
+    # Ctrl-C: exit 0, the cursor back, the last table left on the screen, no traceback.
+    assert after.cursor_visible
+    assert [line.split()[0] for line in after.lines()[2:7]] == [*names, "total"]
+    assert "Traceback" not in after.text()
+
+
+def test_terminal_table_fits_the_terminal() -> None:
+    config = WatchConfig([f"http://10.0.0.{i}:8000/metrics" for i in range(30)], interval=1, window=2)
+    rows = [Row(url, "", "idle", 0, "idle: 0 running, 0 waiting", running=0, waiting=0) for url in config.urls]
+    lines = table(rows, config, width=40, height=12)
+    assert len(lines) == 12 - 1  # the cursor's line stays free, so nothing scrolls
+    assert lines[-2] == "... 23 more rows: enlarge the terminal"
+    assert lines[-1].split()[:2] == ["total", "idle"]
+    assert all(len(line) < 40 for line in lines)
+    assert lines[2].split()[:3] == ["10.0.0.0:8000", "-", "idle"]
+
+
+# --- flags
+
+
+def test_once_code_is_stalled_first_then_the_highest() -> None:
+    def rows(*codes: int) -> list[Row]:
+        return [Row("http://h/metrics", "", "x", code, "") for code in codes]
+
+    assert [once_code(rows(*codes)) for codes in [(0, 0), (0, 3), (4, 3, 0), (4, 1, 3), (1,)]] == [0, 3, 4, 1, 1]
+
+
+def test_endpoint_names_drop_the_scheme_and_the_usual_path() -> None:
+    assert endpoint_name("http://vllm-a:8000/metrics") == "vllm-a:8000"
+    assert endpoint_name("http://vllm-a:8000/v2/metrics") == "vllm-a:8000/v2/metrics"
+    assert endpoint_name("http://[::1]:8000/metrics") == "[::1]:8000"
+
+
+USAGE: list[tuple[list[str], str]] = [
+    ([], "at least one URL is required"),
+    (["ftp://x/metrics"], "URL must be an http:// URL (got 'ftp://x/metrics')"),
+    (["http://:80/metrics"], "URL has no host (got 'http://:80/metrics')"),
+    (["http://h/metrics", "http://h/metrics"], "URL 'http://h/metrics' given 2 times"),
+    (["http://h/metrics", "--interval", "0"], "--interval must be a number > 0 (got '0')"),
+    (["http://h/metrics", "--interval=soon"], "--interval must be a number > 0 (got 'soon')"),
+    (["http://h/metrics", "--window", "-1"], "--window must be a number > 0 (got '-1')"),
+    (["http://h/metrics", "--timeout", "inf"], "--timeout must be a number > 0 (got 'inf')"),
+    (["http://h/metrics", "--saturation", "0"], "--saturation must be a number > 0 (got '0')"),
+    (["http://h/metrics", "--cooldown", "-5"], "--cooldown must be a number >= 0 (got '-5')"),
+    (["http://h/metrics", "--cooldown", "nan"], "--cooldown must be a number >= 0 (got 'nan')"),
+    (["http://h/metrics", "--hook-timeout", "0"], "--hook-timeout must be a number > 0 (got '0')"),
+    (["http://h/metrics", "--engine", "tgi"], "--engine must be one of auto, vllm, sglang, llamacpp (got 'tgi')"),
+    (["http://h/metrics", "--interval", "1", "--interval", "2"], "--interval given 2 times"),
+    (["http://h/metrics", "--on-stalled", "restart 'vllm"], "--on-stalled cannot be split into words: No closing"),
+    (["http://h/metrics", "--on-stalled", " "], "--on-stalled must name a command (got ' ')"),
+    (
+        ["http://h/metrics", "--on-saturated", "no-such-pager-x7 --now"],
+        "--on-saturated: no executable 'no-such-pager-x7' on PATH (got 'no-such-pager-x7 --now')",
+    ),
+    (["http://h/metrics", "--bogus"], "unrecognized arguments: --bogus"),
+    (["http://h/metrics", "--interval"], "argument --interval: expected one argument"),
+]
+
+
+@pytest.mark.parametrize(("argv", "message"), USAGE, ids=[" ".join(u[0]) or "none" for u in USAGE])
+def test_usage_errors_name_the_flag_and_value(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    assert main(argv, clean_env()) == ExitCode.USAGE
+    out = capsys.readouterr().out
+    assert out.startswith("error: " + message)
+    assert out.count("\n") == 1
+
+
+def test_usage_error_through_the_real_command() -> None:
+    result = run_once("http://h/metrics", "--json", "--window", "0")
+    assert (result.returncode, result.stderr) == (ExitCode.USAGE, "")
+    assert json.loads(result.stdout) == {
+        "verdict": "error",
+        "error": "--window must be a number > 0 (got '0')",
+        "exit_code": 2,
+    }
+
+
+def test_help_names_every_flag_and_the_drain_advice() -> None:
+    result = subprocess.run(watch_command("--help"), capture_output=True, text=True, env=clean_env(), check=False)
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout == help_text() + "\n"
+    flags = ["--interval", "--window", "--timeout", "--engine", "--saturation", "--include-waiting", "--once"]
+    flags += ["--json", "--on-stalled", "--on-saturated", "--cooldown", "--hook-timeout", "--help"]
+    for flag in flags:
+        assert flag in result.stdout
+    text = " ".join(result.stdout.split())
+    assert "Drain the load balancer before restarting one member of a pool" in text
+    assert "STALLPROBE_URL, STALLPROBE_ENGINE (empty when the page has one engine), STALLPROBE_VERDICT" in text
+    assert f"(default {DEFAULT_COOLDOWN:g})" in text
