@@ -253,3 +253,18 @@ def test_choose_reads_the_engine_flag_and_the_overrides() -> None:
     )
     with pytest.raises(ValueError, match="unknown engine 'tgi'"):
         choose(page, "tgi")
+
+
+def test_signals_that_sum_past_the_largest_float_are_an_error_not_a_crash() -> None:
+    # Found by scripts/fuzz: two finite series of one signal summed to inf, and Sample() raised ValueError.
+    page = vllm_page(1, 2, 3) + b'vllm:kv_cache_usage_perc{engine="0",a="1"} 1.7e308\n'
+    page += b'vllm:kv_cache_usage_perc{engine="0",a="2"} 1.7e308\n'
+    with pytest.raises(MetricsError, match=r"^vllm:kv_cache_usage_perc is inf, not a finite number$"):
+        read_engines(page, 0.0)
+
+
+def test_counters_that_sum_past_the_largest_float_are_an_error_not_a_crash() -> None:
+    page = b"vllm:num_requests_running 1\nvllm:generation_tokens_total 1\n"
+    page += b'vllm:prompt_tokens_total{a="1"} 1.7e308\nvllm:prompt_tokens_total{a="2"} 1.7e308\n'
+    with pytest.raises(MetricsError, match=r"^vllm:prompt_tokens_total is inf, not a finite number$"):
+        read_engines(page, 0.0)

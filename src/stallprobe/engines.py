@@ -223,7 +223,8 @@ def read_engines(page: bytes, t: float, dialect: Dialect = VLLM, extra: Sequence
             owners = [labels[label]] if split and label is not None and label in labels else engines
             for engine in owners:
                 if engine in signals:
-                    signals[engine][name] = signals[engine].get(name, 0.0) + value
+                    # Two huge finite values can sum past the largest float: check the sum, not the parts.
+                    signals[engine][name] = _finite(name, signals[engine].get(name, 0.0) + value)
     return {
         engine: Sample(
             _finite(dialect.running, sums[engine][dialect.running]),
