@@ -116,3 +116,24 @@ def test_created_series_never_counts() -> None:
     page = vllm_page(running=1, generation=10, prompt=20)
     assert b"vllm:prompt_tokens_created" in page
     assert sum_families(page, [PROMPT, GEN]) == {PROMPT: 20.0, GEN: 10.0}
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (rb"plain", "plain"),
+        (rb"a\\b", "a\\b"),
+        (rb"a\"b", 'a"b'),
+        (rb"a\nb", "a\nb"),
+        (rb"a\\nb", "a\\nb"),
+        (rb"\\\"", '\\"'),
+        (rb"\\\\\n", "\\\\\n"),
+        (rb"a\xb", "a\\xb"),
+        (b"nul\x00" + rb"a\\b\"c\nd\\\\\q", 'nul\x00a\\b"c\nd\\\\\\q'),
+        (rb"\\" * 30000, "\\" * 30000),
+    ],
+)
+def test_label_value_escapes_with_and_without_the_placeholder(value: bytes, expected: str) -> None:
+    """Both unescaping paths: the replace chain, and one escape at a time when a NUL is in the value."""
+    page = b'm{a="' + value + b'",b="after"} 1\n'
+    assert find_series(page, "m") == [({"a": expected, "b": "after"}, 1.0)]
