@@ -268,3 +268,9 @@ def test_counters_that_sum_past_the_largest_float_are_an_error_not_a_crash() -> 
     page += b'vllm:prompt_tokens_total{a="1"} 1.7e308\nvllm:prompt_tokens_total{a="2"} 1.7e308\n'
     with pytest.raises(MetricsError, match=r"^vllm:prompt_tokens_total is inf, not a finite number$"):
         read_engines(page, 0.0)
+
+
+def test_a_progress_metric_the_dialect_already_watches_counts_once() -> None:
+    page = vllm_page(2, 10, 20) + b'vllm:kv_cache_usage_perc{engine="0"} 0.25\n'
+    sample = read_engines(page, 1.0, VLLM, ["vllm:kv_cache_usage_perc"])["0"]
+    assert sample.signals == {"vllm:kv_cache_usage_perc": 0.25}

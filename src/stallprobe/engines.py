@@ -216,7 +216,7 @@ def read_engines(page: bytes, t: float, dialect: Dialect = VLLM, extra: Sequence
         for labels, value in found:
             sums[engine_of(labels)][name] += _finite(name, value)
     signals: dict[str, dict[str, float]] = {engine: {} for engine in engines}
-    for name in (*dialect.signals, *extra):
+    for name in dict.fromkeys((*dialect.signals, *extra)):  # a signal named twice counts once
         for labels, value in find_series(page, name):
             _finite(name, value)
             # A signal series without the engine label is evidence for every engine.
