@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from conftest import vllm_page
 from stallprobe import MetricsError
-from stallprobe.exposition import find_series, is_declared, sum_families
+from stallprobe.exposition import find_series, has_samples, is_declared, sum_families
 
 RUN = "vllm:num_requests_running"
 PROMPT = "vllm:prompt_tokens_total"
@@ -137,3 +137,11 @@ def test_label_value_escapes_with_and_without_the_placeholder(value: bytes, expe
     """Both unescaping paths: the replace chain, and one escape at a time when a NUL is in the value."""
     page = b'm{a="' + value + b'",b="after"} 1\n'
     assert find_series(page, "m") == [({"a": expected, "b": "after"}, 1.0)]
+
+
+def test_has_samples_matches_exact_names_without_parsing() -> None:
+    page = b'm_x 1\n# TYPE m gauge\nother{a="m 1"} 2\n'
+    assert not has_samples(page, "m")
+    assert has_samples(page + b"m{broken 3\n", "m")  # presence only: find_series reports the bad line
+    assert has_samples(b"m 1", "m")
+    assert has_samples(b"a 1\nm\r\n", "m")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .detector import Sample
 from .errors import MetricsError
-from .exposition import find_series, is_declared
+from .exposition import find_series, has_samples, is_declared
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -137,7 +137,13 @@ _INF = float("inf")
 
 
 def _present(page: bytes, name: str) -> bool:
-    return bool(find_series(page, name)) or is_declared(page, name)
+    # Presence only: read_engines parses the lines once the dialect is chosen.
+    return has_samples(page, name) or is_declared(page, name)
+
+
+def _html(page: bytes) -> bool:
+    # A bounded look: stripping a whole page of many megabytes would copy it.
+    return page[:4096].lstrip()[:1] == b"<"
 
 
 def detect(page: bytes, candidates: Sequence[Dialect] = DIALECTS) -> Dialect:
@@ -165,7 +171,7 @@ def detect(page: bytes, candidates: Sequence[Dialect] = DIALECTS) -> Dialect:
     if len(partial) == 1:
         dialect, missing = partial[0]
         raise MetricsError(f"required metric missing from the {dialect.name} page: {', '.join(missing)}")
-    if page.lstrip()[:1] == b"<":
+    if _html(page):
         raise MetricsError("not a metrics page: the server sent HTML")
     known = ", ".join(d.name for d in candidates)
     raise MetricsError(f"no known engine's metrics on the page (looked for {known}): pass --engine and names")
@@ -198,7 +204,7 @@ def read_engines(page: bytes, t: float, dialect: Dialect = VLLM, extra: Sequence
     series = {name: find_series(page, name) for name in wanted}
     missing = [name for name in wanted[:3] if not series[name] and not is_declared(page, name)]
     if missing:
-        if page.lstrip()[:1] == b"<":
+        if _html(page):
             raise MetricsError("not a metrics page: the server sent HTML")
         if len(missing) == 3:
             raise MetricsError(f"not a {dialect.name} metrics page: none of {', '.join(missing)} is on it")

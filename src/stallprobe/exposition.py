@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     import re
     from collections.abc import Iterable
 
-__all__ = ["MAX_LINE", "Series", "find_series", "is_declared", "sum_families"]
+__all__ = ["MAX_LINE", "Series", "find_series", "has_samples", "is_declared", "sum_families"]
 
 # A label set and the sample value: one line of a family.
 Series = tuple[dict[str, str], float]
@@ -130,17 +130,28 @@ def _show(line: bytes) -> str:
     return repr(text + "..." if len(line) > 120 else text)
 
 
+def _sample_starts(page: bytes, raw: bytes) -> Iterable[int]:
+    """Offsets of the sample lines of exactly the family `raw` (not of longer names it begins)."""
+    end = len(raw)
+    for start in _line_starts(page, raw):
+        after = page[start + end : start + end + 1]
+        if not after or after[0] in _AFTER_NAME or after in b"\r\n":
+            yield start
+
+
+def has_samples(page: bytes, name: str) -> bool:
+    """Whether the page has a sample line of the family `name`: the first one found ends the search,
+    and no line is parsed (find_series reports a bad one)."""
+    return any(True for _ in _sample_starts(page, name.encode()))
+
+
 def find_series(page: bytes, name: str) -> list[Series]:
     """Every sample line of the family `name`: its labels and value. Raises MetricsError on a bad line."""
     raw = name.encode()
     found: list[Series] = []
-    name_end = len(raw)
-    for start in _line_starts(page, raw):
-        after = page[start + name_end : start + name_end + 1]
-        if after and after[0] not in _AFTER_NAME and after not in b"\r\n":
-            continue  # a longer name that only starts with this one
+    for start in _sample_starts(page, raw):
         line = _line_at(page, start, name)
-        pos = name_end
+        pos = len(raw)
         labels: dict[str, str] = {}
         if pos < len(line) and line[pos] == ord("{"):
             labels, pos = _parse_labels(line, pos, name)
