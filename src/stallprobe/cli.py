@@ -20,6 +20,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
+    from .detector import Sample
+
 __all__ = ["EXIT_MEANINGS", "OPTIONS", "Config", "ExitCode", "configure", "main"]
 
 DEFAULT_URL = "http://127.0.0.1:8000/metrics"
@@ -324,14 +326,46 @@ def describe(
     return f"{frozen}; {precision}" if precision else frozen
 
 
-def _emit(config_json: bool, line: str, fields: dict[str, object]) -> None:
-    if config_json:
+def _emit(line: str, fields: dict[str, object] | None) -> None:
+    """Print the line, or with --json (`fields` given) one JSON object instead."""
+    if fields is not None:
         import json  # only on this path: json pulls in re, which the plain line does not need
 
         print(json.dumps(fields, sort_keys=True))
     else:
         print(line)
     sys.stdout.flush()
+
+
+def _json_fields(
+    result: EnginesAssessment, samples: Mapping[str, Sample], dialect: str, window: float, line: str
+) -> dict[str, object]:
+    worst = result.engines[result.worst]
+    return {
+        "verdict": result.verdict.value,
+        "engine": result.worst if len(samples) > 1 else None,
+        "dialect": dialect,
+        # Page totals: with several engines, the sums; the worst engine's own numbers are in "engines".
+        "running": sum(sample.running for sample in samples.values()),
+        "waiting": sum(sample.waiting for sample in samples.values()),
+        "prompt_tokens": sum(sample.prompt for sample in samples.values()),
+        "generation_tokens": sum(sample.generation for sample in samples.values()),
+        "stalled_for": worst.stalled_for,
+        "window": window,
+        "message": line,
+        "engines": [
+            {
+                "engine": name,
+                "verdict": one.verdict.value,
+                "running": one.state.last.running,
+                "waiting": one.state.last.waiting,
+                "prompt_tokens": one.state.last.prompt,
+                "generation_tokens": one.state.last.generation,
+                "stalled_for": one.stalled_for,
+            }
+            for name, one in result.engines.items()
+        ],
+    }
 
 
 def _run(config: Config) -> int:
@@ -354,32 +388,7 @@ def _run(config: Config) -> int:
     if result.verdict in (Verdict.SUSPECT, Verdict.STALLED):
         precision = precision_note(dialect, worst.state.last)
     line = describe(result, previous, note, config.window, precision)
-    fields: dict[str, object] = {
-        "verdict": result.verdict.value,
-        "engine": result.worst if len(samples) > 1 else None,
-        "dialect": dialect.name,
-        # Page totals: with several engines, the sums; the worst engine's own numbers are in "engines".
-        "running": sum(sample.running for sample in samples.values()),
-        "waiting": sum(sample.waiting for sample in samples.values()),
-        "prompt_tokens": sum(sample.prompt for sample in samples.values()),
-        "generation_tokens": sum(sample.generation for sample in samples.values()),
-        "stalled_for": worst.stalled_for,
-        "window": config.window,
-        "message": line,
-        "engines": [
-            {
-                "engine": name,
-                "verdict": one.verdict.value,
-                "running": one.state.last.running,
-                "waiting": one.state.last.waiting,
-                "prompt_tokens": one.state.last.prompt,
-                "generation_tokens": one.state.last.generation,
-                "stalled_for": one.stalled_for,
-            }
-            for name, one in result.engines.items()
-        ],
-    }
-    _emit(config.json, line, fields)
+    _emit(line, _json_fields(result, samples, dialect.name, config.window, line) if config.json else None)
     return ExitCode.STALLED if result.verdict is Verdict.STALLED else ExitCode.OK
 
 
@@ -419,7 +428,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     except StallprobeError as exc:
         code = next(c for kind, c in _ERROR_CODES if isinstance(exc, kind))  # every subclass is listed
         message = str(exc)
-        _emit(use_json, f"error: {message}", {"verdict": "error", "error": message, "exit_code": int(code)})
+        _emit(f"error: {message}", {"verdict": "error", "error": message, "exit_code": int(code)} if use_json else None)
         return code
 
 
