@@ -160,6 +160,7 @@ CASES: list[tuple[str, Behave | None, ExitCode, str]] = [
     ("html", ok(b"<html><body><h1>It works!</h1></body></html>"), ExitCode.METRICS, "the server sent HTML"),
     ("not_http", respond(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03"), ExitCode.SCRAPE, "not an HTTP answer"),
     ("bad_content_length", ok(PAGE, b"Content-Length: lots"), ExitCode.SCRAPE, "invalid Content-Length"),
+    ("superscript_content_length", ok(PAGE, b"Content-Length: \xb2"), ExitCode.SCRAPE, "invalid Content-Length"),
     ("nul_bytes_elsewhere", ok(NULS), ExitCode.OK, "progressing: 3 running"),
     ("nul_in_a_value", ok(PAGE.replace(b"} 3.0", b"} 3\x00.0")), ExitCode.METRICS, "value is not a number"),
     ("10mb_label_value", ok(PAGE + HUGE_LABEL), ExitCode.METRICS, "longer than 65536"),

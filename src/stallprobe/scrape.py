@@ -51,7 +51,7 @@ def parse_url(url: str) -> tuple[str, int, str]:
             raise ValueError("has a host name that cannot be encoded for DNS") from None
     if not port_text:
         port = 80
-    elif port_text.isdigit() and 0 < int(port_text) < 65536:
+    elif port_text.isascii() and port_text.isdigit() and 0 < int(port_text) < 65536:
         port = int(port_text)
     else:
         raise ValueError(f"has an invalid port {port_text!r}")
@@ -136,7 +136,7 @@ def fetch(url: str, timeout: float, max_bytes: int) -> bytes:
                     if head_end < 0 and len(data) > _HEAD_LIMIT:
                         raise ScrapeError(f"{where}: no end of HTTP headers in {_HEAD_LIMIT} bytes")
                     if head_end >= 0:
-                        expected = _content_length(bytes(data[:head_end]), where)
+                        expected = _content_length(_headers(bytes(data[:head_end])), where)
                 if head_end >= 0 and len(data) - head_end - 4 > max_bytes:
                     raise ScrapeError(f"{where}: page larger than {max_bytes} bytes")
                 if 0 <= expected <= len(data) - head_end - 4:
@@ -154,20 +154,23 @@ def fetch(url: str, timeout: float, max_bytes: int) -> bytes:
     return _body(bytes(data), where, max_bytes)
 
 
-def _content_length(head: bytes, where: str) -> int:
-    """The Content-Length header's value, or -1 when absent (or when chunked overrides it)."""
-    length = -1
+def _headers(head: bytes) -> dict[str, str]:
+    """The header fields after the status line, by lowercase name (a repeated field: the last)."""
+    headers = {}
     for line in head.split(b"\r\n")[1:]:
         key, _, value = line.partition(b":")
-        key = key.strip().lower()
-        if key == b"transfer-encoding" and b"chunked" in value.lower():
-            return -1
-        if key == b"content-length":
-            text = value.strip()
-            if not text.isdigit():
-                raise ScrapeError(f"{where}: invalid Content-Length {text[:40]!r}")
-            length = int(text)
-    return length
+        headers[key.strip().lower().decode("latin-1")] = value.strip().decode("latin-1")
+    return headers
+
+
+def _content_length(headers: dict[str, str], where: str) -> int:
+    """The Content-Length header's value, or -1 when absent (or when chunked overrides it)."""
+    if "chunked" in headers.get("transfer-encoding", "").lower() or "content-length" not in headers:
+        return -1
+    text = headers["content-length"]
+    if not (text.isascii() and text.isdigit()):  # str.isdigit() alone takes "\u00b2", which int() refuses
+        raise ScrapeError(f"{where}: invalid Content-Length {text[:40]!r}")
+    return int(text)
 
 
 def _body(data: bytes, where: str, max_bytes: int) -> bytes:
@@ -178,16 +181,12 @@ def _body(data: bytes, where: str, max_bytes: int) -> bytes:
         raise ScrapeError(f"{where}: not an HTTP answer")
     head = data[:head_end]
     body = data[head_end + 4 :]
-    lines = head.split(b"\r\n")
-    status = lines[0].split(None, 2)
+    status = head.split(b"\r\n", 1)[0].split(None, 2)
     if len(status) < 2 or not status[1].isdigit():
         raise ScrapeError(f"{where}: malformed HTTP status line")
     code = int(status[1])
     reason = status[2].decode("latin-1").strip()[:120] if len(status) > 2 else ""
-    headers = {}
-    for line in lines[1:]:
-        key, _, value = line.partition(b":")
-        headers[key.strip().lower().decode("latin-1")] = value.strip().decode("latin-1")
+    headers = _headers(head)
     if not 200 <= code < 300:
         hint = ""
         if 300 <= code < 400:
@@ -196,7 +195,7 @@ def _body(data: bytes, where: str, max_bytes: int) -> bytes:
     if "chunked" in headers.get("transfer-encoding", "").lower():
         body = _dechunk(body, where)
     else:
-        length = _content_length(head, where)
+        length = _content_length(headers, where)
         if length >= 0:
             if len(body) < length:
                 raise ScrapeError(f"{where}: connection closed after {len(body)} of {length} bytes")
