@@ -450,6 +450,7 @@ USAGE: list[tuple[list[str], dict[str, str], str]] = [
     (["--url", "127.0.0.1:8000"], {}, "--url must be an http:// URL"),
     (["--url", "http://:8000/metrics"], {}, "--url has no host"),
     (["--url", "http://localhost:99999/metrics"], {}, "--url has an invalid port '99999'"),
+    (["--url", "http://localhost:\u00b2/metrics"], {}, "--url has an invalid port '\u00b2'"),
     (["--url", "http://\u00fc" + "a" * 70 + "/metrics"], {}, "--url has a host name that cannot be encoded for DNS"),
     ([], {"STALLPROBE_URL": "ftp://x"}, "STALLPROBE_URL must be an http:// URL"),
     (["--state-file", ""], {}, "--state-file must not be empty"),

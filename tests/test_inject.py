@@ -155,6 +155,7 @@ def test_every_workload_kind_gets_the_probe_and_stays_valid(kind: str) -> None:
             8888,
         ),
         (container(image="nginx:1.27", ports=[{"containerPort": 80}]), None, 80),
+        (container(args=["--port", "\u00b2"]), "vllm", 8000),
     ],
 )
 def test_engine_and_port_are_read_from_the_container(entry: dict[str, Any], engine: str | None, port: int) -> None:
@@ -296,6 +297,7 @@ def test_json_works_without_pyyaml_and_yaml_says_what_it_needs() -> None:
         (MANIFEST, ["--window", "0"], "--window must be a number > 0"),
         (MANIFEST, ["--period", "0"], "--period must be >= 1"),
         (MANIFEST, ["--configmap", "Bad_Name"], "--configmap must be a DNS subdomain name"),
+        (MANIFEST, ["--configmap", "caf\u00e9"], "--configmap must be a DNS subdomain name"),
         (MANIFEST, ["-f", "/nonexistent.yaml"], "-f /nonexistent.yaml: No such file or directory"),
     ],
 )

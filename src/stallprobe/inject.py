@@ -148,7 +148,7 @@ def port_of(container: dict[str, Any], engine: str | None) -> int:
     words = _command_line(container)
     for i, word in enumerate(words):
         value = words[i + 1] if word == "--port" and i + 1 < len(words) else word.partition("=")[2]
-        if (word == "--port" or word.startswith("--port=")) and value.isdigit():
+        if (word == "--port" or word.startswith("--port=")) and value.isascii() and value.isdigit():
             return int(value)
     ports = [p for p in container.get("ports") or [] if isinstance(p, dict) and isinstance(p.get("containerPort"), int)]
     for port in ports:
@@ -387,7 +387,7 @@ def _validate(args: argparse.Namespace) -> None:
         if count < 1:
             raise InjectError(f"{flag} must be >= 1 (got {count})")
     name = args.configmap
-    if not name or len(name) > 253 or not all(ch.islower() or ch.isdigit() or ch in "-." for ch in name):
+    if not name or len(name) > 253 or not all(ch in "abcdefghijklmnopqrstuvwxyz0123456789-." for ch in name):
         raise InjectError(f"--configmap must be a DNS subdomain name (got {name!r})")
 
 
