@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import socket
 import threading
 from collections.abc import Callable, Iterator
@@ -12,14 +11,14 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 REPO = Path(__file__).resolve().parents[1]
-# The captured real pages live in the project's shared folder, beside the repository (CI lays it there).
-FIXTURES = Path(os.environ.get("STALLPROBE_FIXTURES", REPO.parent / "shared" / "fixtures" / "real"))
+# Real pages written by real servers, each with where it came from in tests/fixtures/real/SOURCES.md.
+FIXTURES = REPO / "tests" / "fixtures" / "real"
 
 
 def fixture_page(name: str) -> bytes:
     path = FIXTURES / name
     if not path.is_file():
-        pytest.fail(f"fixture {path} is missing: set STALLPROBE_FIXTURES to the shared fixtures/real folder")
+        pytest.fail(f"fixture {path} is missing (tests/fixtures/real/SOURCES.md lists them)")
     return path.read_bytes()
 
 

@@ -21,7 +21,7 @@ from stallprobe.pyz import TOOLS
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD_PYZ = ROOT / "scripts" / "build-pyz"
-REAL = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "real"
+REAL = ROOT / "tests" / "fixtures" / "real"
 # vLLM's docs snippet shows only an iteration-tokens histogram: none of the four families the probe reads.
 NO_FAMILIES = "vllm-v0-mp-docs-usage-metrics-snippet-044a056.prom"
 REAL_VLLM_PAGES = sorted(path.name for path in REAL.glob("vllm-*.prom"))
