@@ -1,7 +1,8 @@
 """stallprobe: tell a wedged LLM inference engine from a busy one by token progress.
 
-The pure detector is importable from here; the probe itself is `python3 -m stallprobe` (see cli.py).
-Importing this package loads only the detector and the errors, so library users pay for nothing else.
+The pure detector is importable from here; the probe itself is `python3 -m stallprobe` (see cli.py, which
+dispatches to probe.py, watch/ and inject.py). Importing this package loads only the detector and the
+errors, so library users pay for nothing else.
 """
 
 from __future__ import annotations
@@ -18,9 +19,8 @@ from .detector import (
     assess_engines,
     replay,
     step,
-    step_engines,
 )
-from .errors import MetricsError, ScrapeError, StallprobeError, StateFileError, UsageError
+from .errors import ExitCode, MetricsError, ScrapeError, StallprobeError, StateFileError, UsageError
 
 __version__ = "0.1.0"
 
@@ -29,6 +29,7 @@ __all__ = [
     "DEFAULT_WINDOW",
     "Assessment",
     "EnginesAssessment",
+    "ExitCode",
     "MetricsError",
     "Sample",
     "ScrapeError",
@@ -42,5 +43,4 @@ __all__ = [
     "assess_engines",
     "replay",
     "step",
-    "step_engines",
 ]

@@ -16,7 +16,8 @@ The rules, first match wins (each exists to avoid a false restart or a missed st
    saturated   - the same, with waiting >= the threshold: busy, not stuck. Page, never restart.
 4. suspect     - busy and neither counter advanced, for less than the window.
 5. stalled     - busy and neither counter advanced for at least the window. Queue depth never excuses
-                 it: a deep queue behind a frozen engine is the seed's most common real fault.
+                 it: worker processes deadlocked in a collective, the commonest real wedge, strike under
+                 load and leave a deep queue in front of a frozen engine.
 
 The stall clock starts at the previous sample's time when that sample was busy (the last moment the
 engine was seen moving or seen busy), otherwise at this sample's time, so an engine idle for an hour that
@@ -29,11 +30,10 @@ stalled. An engine that appears starts at baseline; one that vanishes is forgott
 
 from __future__ import annotations
 
-from enum import Enum
-
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Iterable, Iterator, Mapping
+    from typing import ClassVar
 
 __all__ = [
     "DEFAULT_SATURATION",
@@ -47,7 +47,6 @@ __all__ = [
     "assess_engines",
     "replay",
     "step",
-    "step_engines",
 ]
 
 # 120 s, the feature request's default: a long prefill completes in seconds on current GPUs, so a busy
@@ -62,19 +61,72 @@ _INF = float("inf")
 
 
 def _finite(value: float) -> bool:
-    # NaN fails both comparisons. (Not math.isfinite: the math module is one more import per probe run.)
+    # NaN fails both comparisons. (Not math.isfinite: nothing else on the probe's path loads math.)
     return -_INF < value < _INF
 
 
-class Verdict(Enum):
-    """What one sample says about the engine. Only STALLED means "restart me"."""
+class _Members(type):
+    """Iteration over the verdicts, as over an Enum class."""
 
-    BASELINE = "baseline"
-    IDLE = "idle"
-    PROGRESSING = "progressing"
-    SATURATED = "saturated"
-    SUSPECT = "suspect"
-    STALLED = "stalled"
+    def __iter__(cls) -> Iterator[Verdict]:
+        return iter(_VERDICTS.values())
+
+    def __len__(cls) -> int:
+        return len(_VERDICTS)
+
+
+class Verdict(metaclass=_Members):
+    """What one sample says about the engine. Only STALLED means "restart me".
+
+    Used like an Enum (`Verdict.STALLED.value == "stalled"`, `Verdict("stalled") is Verdict.STALLED`,
+    iteration), but not one: building Enum classes is the largest cost of a probe run's imports after
+    the interpreter's own. Members iterate from the least to the most severe; `severity` is that rank,
+    and the page speaks with its worst engine's verdict.
+    """
+
+    __slots__ = ("name", "severity", "value")
+
+    IDLE: ClassVar[Verdict]
+    BASELINE: ClassVar[Verdict]
+    PROGRESSING: ClassVar[Verdict]
+    SATURATED: ClassVar[Verdict]
+    SUSPECT: ClassVar[Verdict]
+    STALLED: ClassVar[Verdict]
+
+    name: str
+    value: str
+    severity: int
+
+    def __new__(cls, value: str) -> Verdict:
+        """The member whose value is `value`; ValueError for any other, as an Enum does."""
+        try:
+            return _VERDICTS[value]
+        except KeyError:
+            raise ValueError(f"{value!r} is not a valid Verdict") from None
+
+    @classmethod
+    def _add(cls, name: str, value: str) -> Verdict:
+        member = object.__new__(cls)
+        member.name, member.value, member.severity = name, value, len(_VERDICTS)
+        _VERDICTS[value] = member
+        setattr(cls, name, member)
+        return member
+
+    def __repr__(self) -> str:
+        return f"<Verdict.{self.name}: {self.value!r}>"
+
+    def __str__(self) -> str:
+        return f"Verdict.{self.name}"
+
+    def __reduce__(self) -> tuple[type[Verdict], tuple[str]]:
+        return Verdict, (self.value,)
+
+
+_VERDICTS: dict[str, Verdict] = {}
+# From the least to the most severe: which engine speaks for the page is the one with the worst.
+for _name in ("IDLE", "BASELINE", "PROGRESSING", "SATURATED", "SUSPECT", "STALLED"):
+    Verdict._add(_name, _name.lower())
+del _name
 
 
 class Sample:
@@ -285,17 +337,6 @@ def replay(
     return verdicts
 
 
-# How bad each verdict is, for telling which engine speaks for the page: the worst one.
-_SEVERITY = {
-    Verdict.IDLE: 0,
-    Verdict.BASELINE: 1,
-    Verdict.PROGRESSING: 2,
-    Verdict.SATURATED: 3,
-    Verdict.SUSPECT: 4,
-    Verdict.STALLED: 5,
-}
-
-
 class EnginesAssessment:
     """The outcome of judging several engines at once: each engine's assessment and the worst."""
 
@@ -305,7 +346,7 @@ class EnginesAssessment:
         # Each engine's own assessment, by engine name, in name order.
         self.engines = engines
         # The engine that speaks for the page: the worst verdict, then the longest stall, then by name.
-        self.worst = max(engines, key=lambda name: (_SEVERITY[engines[name].verdict], engines[name].stalled_for))
+        self.worst = max(engines, key=lambda name: (engines[name].verdict.severity, engines[name].stalled_for))
         self.verdict = engines[self.worst].verdict
 
     @property
@@ -338,16 +379,3 @@ def assess_engines(
             for name in sorted(samples)
         }
     )
-
-
-def step_engines(
-    states: Mapping[str, State] | None,
-    samples: Mapping[str, Sample],
-    window: float = DEFAULT_WINDOW,
-    saturation: float = DEFAULT_SATURATION,
-    *,
-    include_waiting: bool = False,
-) -> tuple[Verdict, dict[str, State]]:
-    """One step for several engines: the page's verdict and the states to pass to the next step."""
-    result = assess_engines(states, samples, window, saturation, include_waiting=include_waiting)
-    return result.verdict, result.states

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DIALECTS",
+    "ENGINE_NAMES",
     "LLAMACPP",
     "SGLANG",
     "VLLM",
@@ -32,7 +33,18 @@ __all__ = [
 class Dialect:
     """The names under which one engine publishes what the detector reads."""
 
-    __slots__ = ("digits", "engine_label", "generation", "name", "prompt", "running", "signals", "waiting")
+    __slots__ = (
+        "digits",
+        "engine_label",
+        "generation",
+        "hints",
+        "name",
+        "port",
+        "prompt",
+        "running",
+        "signals",
+        "waiting",
+    )
 
     def __init__(
         self,
@@ -45,6 +57,8 @@ class Dialect:
         signals: Sequence[str] = (),
         engine_label: str | None = None,
         digits: int | None = None,
+        port: int = 8000,
+        hints: Sequence[str] = (),
     ) -> None:
         self.name = name
         self.running = running  # gauge: requests in the running batch; busy means > 0
@@ -54,6 +68,8 @@ class Dialect:
         self.signals = tuple(signals)  # counters or gauges whose change is evidence the loop is alive
         self.engine_label = engine_label  # the label naming an engine (data-parallel rank), if any
         self.digits = digits  # significant digits the engine prints numbers with (None: full precision)
+        self.port = port  # the port its server listens on when its command line does not say
+        self.hints = tuple(hints) or (name,)  # words in an image or command line that name the engine
 
     def with_names(
         self,
@@ -77,6 +93,8 @@ class Dialect:
             signals=self.signals,
             engine_label=self.engine_label if engine_label is None else (engine_label or None),
             digits=self.digits,
+            port=self.port,
+            hints=self.hints,
         )
 
     def required(self) -> tuple[str, str, str]:
@@ -101,6 +119,7 @@ VLLM = Dialect(
     generation="vllm:generation_tokens_total",
     signals=("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
     engine_label="engine",
+    port=8000,
 )
 
 # SGLang (python/sglang/srt/metrics/collector.py, with --enable-metrics) is always multiprocess: the
@@ -115,6 +134,7 @@ SGLANG = Dialect(
     generation="sglang:generation_tokens_total",
     signals=("sglang:num_used_tokens", "sglang:token_usage"),
     engine_label="dp_rank",
+    port=30000,
 )
 
 # llama.cpp's server (tools/server, with --metrics) counts tokens_predicted_total only when a request
@@ -130,9 +150,13 @@ LLAMACPP = Dialect(
     generation="llamacpp:tokens_predicted_total",
     signals=("llamacpp:n_decode_total",),
     digits=6,
+    port=8080,
+    hints=("llama.cpp", "llama-cpp", "llamacpp", "llama_cpp", "llama-server"),
 )
 
 DIALECTS = (VLLM, SGLANG, LLAMACPP)
+# What --engine takes: a dialect's name, or "auto" for the one whose metrics are on the page.
+ENGINE_NAMES = ("auto", *(dialect.name for dialect in DIALECTS))
 _INF = float("inf")
 
 

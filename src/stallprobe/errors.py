@@ -1,25 +1,78 @@
-"""The errors stallprobe raises: one base, one class per boundary. Only the CLI maps them to exit codes."""
+"""The exit codes, and the errors stallprobe raises: one base, one class per boundary, each with its code.
+
+Internals raise; `cli.main()` is the only place that turns an error into its one line and exit code.
+"""
 
 from __future__ import annotations
 
-__all__ = ["MetricsError", "ScrapeError", "StallprobeError", "StateFileError", "UsageError"]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import ClassVar
+
+__all__ = [
+    "EXIT_MEANINGS",
+    "ExitCode",
+    "InjectError",
+    "MetricsError",
+    "ScrapeError",
+    "StallprobeError",
+    "StateFileError",
+    "UsageError",
+]
+
+
+class ExitCode:
+    """The process's exit codes. Plain ints, not an IntEnum: `enum` costs ~1-2 ms of every probe run."""
+
+    OK = 0  # alive: baseline, idle, progressing, saturated or suspect
+    STALLED = 1  # busy and no token progress for the window: restart me
+    USAGE = 2  # a flag or environment variable is invalid (argparse's traditional code)
+    SCRAPE = 3  # /metrics could not be fetched in time
+    METRICS = 4  # not a metrics page, or a required metric missing
+    STATE = 5  # the state file cannot be read or written
+    INTERRUPTED = 130  # `watch --once` interrupted (the shell's code for SIGINT): never read as "alive"
+
+
+# The one table of what each code means to the probe: --help and the README print it (a test compares).
+EXIT_MEANINGS = {
+    ExitCode.OK: "alive: baseline, idle, progressing, saturated or suspect",
+    ExitCode.STALLED: "stalled: busy, and no token progress for the window",
+    ExitCode.USAGE: "usage error: a flag or environment variable is invalid",
+    ExitCode.SCRAPE: "scrape failed: refused, reset, non-2xx, too large, or past --timeout",
+    ExitCode.METRICS: "not a metrics page, no known engine or several, or a required metric missing or unusable",
+    ExitCode.STATE: "the state file cannot be read or written (read-only or full filesystem)",
+}
 
 
 class StallprobeError(Exception):
     """Base of every error stallprobe raises on purpose; str() is a one-line message for a person."""
 
+    exit_code: ClassVar[int]
+
 
 class UsageError(StallprobeError):
     """A flag or environment variable has a value the probe cannot use."""
+
+    exit_code = ExitCode.USAGE
+
+
+class InjectError(UsageError):
+    """`stallprobe inject` cannot use its input (not YAML or JSON manifests) or a file it was pointed at."""
 
 
 class ScrapeError(StallprobeError):
     """The /metrics page could not be fetched: refused, reset, non-2xx, too large, or past the deadline."""
 
+    exit_code = ExitCode.SCRAPE
+
 
 class MetricsError(StallprobeError):
     """The page is not a Prometheus text page, or a required metric is missing or unusable."""
 
+    exit_code = ExitCode.METRICS
+
 
 class StateFileError(StallprobeError):
     """The state file cannot be read or written (a read-only or full filesystem, a directory in the way)."""
+
+    exit_code = ExitCode.STATE

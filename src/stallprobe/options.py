@@ -1,0 +1,477 @@
+"""Every flag of every command in one table: its environment variable, how its value is read, its default.
+
+The probe, `watch` and `inject` each take a selection of the table, and one small parser serves all three.
+It is written by hand, not with argparse, because argparse pulls in `re` and gettext, which would be most
+of the probe's own start-up cost, paid every few seconds in every pod. Each value is read and checked as
+it is parsed; an invalid one is a UsageError that names the flag (or the variable) and the value.
+"""
+
+from __future__ import annotations
+
+from .detector import DEFAULT_SATURATION, DEFAULT_WINDOW
+from .engines import ENGINE_NAMES
+from .errors import UsageError
+from .report import num
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+
+__all__ = [
+    "ENGINE_OPTIONS",
+    "INJECT",
+    "PROBE",
+    "WATCH",
+    "Option",
+    "Values",
+    "dialect_names",
+    "help_lines",
+    "parse",
+]
+
+DEFAULT_URL = "http://127.0.0.1:8000/metrics"
+# vLLM's /metrics (metrics server on the API process) answers in well under a second even when the
+# engine is saturated; 3 s tolerates a CPU-starved container without outliving a sane timeoutSeconds.
+DEFAULT_TIMEOUT = 3.0
+# A person reading watch's table wants it fresh; the detector needs only a few samples per window. One GET
+# per engine every 5 s is nothing next to what the engine serves.
+DEFAULT_INTERVAL = 5.0
+# Longer than a model takes to load (the README's startupProbe allows 10 minutes): a restarted engine is
+# not restarted again before it could have served a request. (The incident's watchdog held off 165 minutes.)
+DEFAULT_COOLDOWN = 600.0
+# A restart command (docker restart, systemctl restart) returns within a minute; five minutes is a hang.
+DEFAULT_HOOK_TIMEOUT = 300.0
+# The kubelet's defaults for a probe's period and failureThreshold; `inject` writes them.
+DEFAULT_PERIOD = 10
+DEFAULT_FAILURE_THRESHOLD = 3
+
+
+# --- readers: (the name to blame, the text given) -> the value, or UsageError
+
+
+def positive(name: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):  # NaN fails too
+        raise UsageError(f"{name} must be a number > 0 (got {text!r})")
+    return value
+
+
+def non_negative(name: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise UsageError(f"{name} must be a number >= 0 (got {text!r})")
+    return value
+
+
+def count(name: str, text: str) -> int:
+    if not (text.isascii() and text.isdigit() and int(text) >= 1):  # isdigit() alone takes "²"
+        raise UsageError(f"{name} must be a whole number >= 1 (got {text!r})")
+    return int(text)
+
+
+def switch(name: str, text: str) -> bool:
+    if text.lower() in ("1", "true", "yes", "on"):
+        return True
+    if text.lower() in ("", "0", "false", "no", "off"):
+        return False
+    raise UsageError(f"{name} must be 1 or 0 (got {text!r})")
+
+
+def metric_name(name: str, text: str) -> str:
+    # Prometheus metric names: letters, digits, _ and :, not starting with a digit.
+    ok = text and not text[0].isdigit() and all(ch.isascii() and (ch.isalnum() or ch in "_:") for ch in text)
+    if not ok:
+        raise UsageError(f"{name} must be a Prometheus metric name (got {text!r})")
+    return text
+
+
+def engine(name: str, text: str) -> str:
+    if text.lower() not in ENGINE_NAMES:
+        raise UsageError(f"{name} must be one of {', '.join(ENGINE_NAMES)} (got {text!r})")
+    return text.lower()
+
+
+def engine_label(name: str, text: str) -> str:
+    # "none" (or empty) reads the page as one engine; otherwise a label name.
+    return "" if text.lower() in ("", "none") else text
+
+
+def url(name: str, text: str) -> str:
+    from .scrape import parse_url
+
+    try:
+        parse_url(text)
+    except ValueError as exc:
+        raise UsageError(f"{name} {exc} (got {text!r})") from None
+    return text
+
+
+def nonempty(name: str, text: str) -> str:
+    if not text:
+        raise UsageError(f"{name} must not be empty")
+    return text
+
+
+def dns_name(name: str, text: str) -> str:
+    if not text or len(text) > 253 or not all(ch in "abcdefghijklmnopqrstuvwxyz0123456789-." for ch in text):
+        raise UsageError(f"{name} must be a DNS subdomain name (got {text!r})")
+    return text
+
+
+def command(name: str, text: str) -> tuple[str, ...]:
+    """A command line, split as a shell would split it (but run without one)."""
+    import shlex  # only for watch's hooks: shlex loads re
+
+    try:
+        argv = shlex.split(text)
+    except ValueError as exc:
+        raise UsageError(f"{name} cannot be split into words: {exc} (got {text!r})") from None
+    if not argv:
+        raise UsageError(f"{name} must name a command (got {text!r})")
+    return tuple(argv)
+
+
+class Option:
+    """One flag: its metavar ("" for a switch; ending in "..." when it may repeat), how its text is read,
+    its default, what it means, and the environment variable the probe also reads it from."""
+
+    __slots__ = ("default", "env", "flag", "help", "key", "metavar", "read", "short", "shown")
+
+    def __init__(
+        self,
+        flag: str,
+        metavar: str,
+        read: Callable[[str, str], object],
+        default: object,
+        help: str,
+        *,
+        env: str = "",
+        shown: str = "",
+        short: str = "",
+    ) -> None:
+        self.flag = flag
+        self.key = flag[2:].replace("-", "_")  # the name of its value in Values
+        self.metavar = metavar
+        self.read = read
+        self.default = default
+        self.help = help
+        self.env = env
+        self.short = short  # a one-letter alias (-f)
+        # The default as --help and the README show it.
+        self.shown = shown or ("off" if not metavar else num(default) if isinstance(default, float) else str(default))
+
+    @property
+    def is_switch(self) -> bool:
+        return not self.metavar
+
+    @property
+    def repeats(self) -> bool:
+        return self.metavar.endswith("...")
+
+
+_EACH_ENGINE = "the engine's"
+
+URL = Option("--url", "URL", url, DEFAULT_URL, "the engine's Prometheus page", env="STALLPROBE_URL")
+WINDOW = Option(
+    "--window",
+    "SECONDS",
+    positive,
+    DEFAULT_WINDOW,
+    "busy with no progress this long is stalled",
+    env="STALLPROBE_WINDOW",
+)
+TIMEOUT = Option(
+    "--timeout",
+    "SECONDS",
+    positive,
+    DEFAULT_TIMEOUT,
+    "one deadline per scrape, connect to last byte",
+    env="STALLPROBE_TIMEOUT",
+)
+STATE_FILE = Option(
+    "--state-file",
+    "PATH",
+    nonempty,
+    None,
+    "the last sample's file",
+    env="STALLPROBE_STATE_FILE",
+    shown="$TMPDIR/stallprobe-<url>.state",
+)
+SATURATION = Option(
+    "--saturation",
+    "N",
+    positive,
+    DEFAULT_SATURATION,
+    "waiting >= N while progressing is saturated",
+    env="STALLPROBE_SATURATION",
+)
+ENGINE = Option("--engine", "NAME", engine, "auto", ", ".join(ENGINE_NAMES), env="STALLPROBE_ENGINE")
+INCLUDE_WAITING = Option(
+    "--include-waiting", "", switch, False, "queued requests count as work", env="STALLPROBE_INCLUDE_WAITING"
+)
+PROGRESS_METRIC = Option(
+    "--progress-metric",
+    "NAME...",
+    metric_name,
+    (),
+    "also progress when this changes",
+    env="STALLPROBE_PROGRESS_METRIC",
+    shown="none",
+)
+RUNNING_METRIC = Option(
+    "--running-metric",
+    "NAME",
+    metric_name,
+    None,
+    "gauge of running requests",
+    env="STALLPROBE_RUNNING_METRIC",
+    shown=_EACH_ENGINE,
+)
+WAITING_METRIC = Option(
+    "--waiting-metric",
+    "NAME",
+    metric_name,
+    None,
+    "gauge of queued requests",
+    env="STALLPROBE_WAITING_METRIC",
+    shown=_EACH_ENGINE,
+)
+PROMPT_METRIC = Option(
+    "--prompt-metric",
+    "NAME",
+    metric_name,
+    None,
+    "counter of prompt tokens",
+    env="STALLPROBE_PROMPT_METRIC",
+    shown=_EACH_ENGINE,
+)
+GENERATION_METRIC = Option(
+    "--generation-metric",
+    "NAME",
+    metric_name,
+    None,
+    "counter of generated tokens",
+    env="STALLPROBE_GENERATION_METRIC",
+    shown=_EACH_ENGINE,
+)
+ENGINE_LABEL = Option(
+    "--engine-label",
+    "LABEL",
+    engine_label,
+    None,
+    "label naming an engine; none: one",
+    env="STALLPROBE_ENGINE_LABEL",
+    shown=_EACH_ENGINE,
+)
+JSON = Option("--json", "", switch, False, "print JSON objects instead of lines", env="STALLPROBE_JSON")
+
+INTERVAL = Option("--interval", "SECONDS", positive, DEFAULT_INTERVAL, "poll every this long")
+ONCE = Option("--once", "", switch, False, "poll twice, one interval apart, print and exit")
+ON_STALLED = Option(
+    "--on-stalled",
+    "CMD",
+    command,
+    (),
+    "run CMD once per stall episode of an engine (restart it; drain the load balancer first)",
+    shown="none",
+)
+ON_SATURATED = Option(
+    "--on-saturated", "CMD", command, (), "run CMD once per saturation episode (page; never restart)", shown="none"
+)
+COOLDOWN = Option(
+    "--cooldown", "SECONDS", non_negative, DEFAULT_COOLDOWN, "per endpoint, the least time between two runs of a hook"
+)
+HOOK_TIMEOUT = Option(
+    "--hook-timeout", "SECONDS", positive, DEFAULT_HOOK_TIMEOUT, "kill a hook (and its process group) after this long"
+)
+
+FILENAME = Option("--filename", "FILE", nonempty, "-", "the manifests (- for stdin)", short="-f")
+CONTAINER = Option("--container", "NAME", nonempty, None, "inject into the container of this name only", shown="any")
+PERIOD = Option("--period", "SECONDS", count, DEFAULT_PERIOD, "the probe's periodSeconds")
+FAILURE_THRESHOLD = Option("--failure-threshold", "N", count, DEFAULT_FAILURE_THRESHOLD, "the probe's failureThreshold")
+FORCE = Option("--force", "", switch, False, "replace any liveness probe, not just a plain /health check")
+STATE_VOLUME = Option("--state-volume", "", switch, False, "keep the state in an emptyDir always")
+CONFIGMAP = Option("--configmap", "NAME", dns_name, "stallprobe", "the ConfigMap that carries the probe")
+PYZ = Option("--pyz", "FILE", nonempty, None, "a stallprobe.pyz to ship", shown="built from this installation")
+PYTHON = Option(
+    "--python",
+    "PYTHON",
+    nonempty,
+    None,
+    "also ship bytecode for this interpreter, the image's (python3.12): ~10 ms less CPU a run",
+    shown="none",
+)
+
+# How an engine's page is read and judged: the same for the probe, watch, and the probes inject writes.
+ENGINE_OPTIONS = (
+    WINDOW,
+    SATURATION,
+    ENGINE,
+    INCLUDE_WAITING,
+    PROGRESS_METRIC,
+    RUNNING_METRIC,
+    WAITING_METRIC,
+    PROMPT_METRIC,
+    GENERATION_METRIC,
+    ENGINE_LABEL,
+)
+PROBE = (
+    URL,
+    WINDOW,
+    TIMEOUT,
+    STATE_FILE,
+    SATURATION,
+    ENGINE,
+    INCLUDE_WAITING,
+    PROGRESS_METRIC,
+    RUNNING_METRIC,
+    WAITING_METRIC,
+    PROMPT_METRIC,
+    GENERATION_METRIC,
+    ENGINE_LABEL,
+    JSON,
+)
+WATCH = (INTERVAL, TIMEOUT, *ENGINE_OPTIONS, ONCE, JSON, ON_STALLED, ON_SATURATED, COOLDOWN, HOOK_TIMEOUT)
+INJECT = (
+    FILENAME,
+    CONTAINER,
+    TIMEOUT,
+    *ENGINE_OPTIONS,
+    PERIOD,
+    FAILURE_THRESHOLD,
+    FORCE,
+    STATE_VOLUME,
+    CONFIGMAP,
+    PYZ,
+    PYTHON,
+)
+
+
+class Values:
+    """The parsed value of every option of a command (its default when not given), read by key with the
+    accessor of its type (`values.number("window")`), and which were given (flag or environment)."""
+
+    def __init__(self, values: dict[str, object], given: set[str], positional: list[str]) -> None:
+        self._values = values
+        self.given = given  # keys of the options given
+        self.positional = positional
+
+    def number(self, key: str) -> float:
+        value = self._values[key]
+        assert isinstance(value, float)
+        return value
+
+    def integer(self, key: str) -> int:
+        value = self._values[key]
+        assert isinstance(value, int)
+        return value
+
+    def flag(self, key: str) -> bool:
+        return bool(self._values[key])
+
+    def text(self, key: str) -> str | None:
+        value = self._values[key]
+        assert value is None or isinstance(value, str)
+        return value
+
+    def words(self, key: str) -> tuple[str, ...]:
+        value = self._values[key]
+        assert isinstance(value, tuple)
+        return value
+
+
+def parse(
+    argv: Sequence[str],
+    options: Sequence[Option],
+    *,
+    environ: Mapping[str, str] | None = None,
+    positional: str = "",
+) -> Values | str:
+    """Every option's value, or "help"/"version" when asked. UsageError names a bad flag or value.
+
+    `environ`: also read each option's environment variable (the flag wins; a list is comma-separated).
+    `positional`: the metavar of the positional arguments; "" when the command takes none.
+    """
+    by_flag = {option.flag: option for option in options}
+    by_flag.update({option.short: option for option in options if option.short})
+    raw: dict[str, tuple[str, list[str]]] = {}  # key -> (the name to blame, the texts)
+    rest: list[str] = []
+    args = list(argv)
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        i += 1
+        if arg in ("-h", "--help"):
+            return "help"
+        if arg == "--version":
+            return "version"
+        flag, eq, text = arg.partition("=")
+        option = by_flag.get(flag)
+        if option is None:
+            if arg.startswith("-") and arg != "-":
+                raise UsageError(f"unknown option {arg!r}")
+            if not positional:
+                raise UsageError(f"unexpected argument {arg!r}")
+            rest.append(arg)
+            continue
+        if option.is_switch:
+            if eq:
+                raise UsageError(f"{flag} takes no value (got {arg!r})")
+            text = "1"
+        elif not eq:
+            if i >= len(args):
+                raise UsageError(f"{flag} needs a value")
+            text = args[i]
+            i += 1
+        _, texts = raw.setdefault(option.key, (option.flag, []))
+        texts.append(text)
+        if len(texts) > 1 and not option.repeats:
+            raise UsageError(f"{option.flag} given {len(texts)} times")
+    if environ is not None:
+        for option in options:
+            if option.env and option.key not in raw and option.env in environ:
+                text = environ[option.env]
+                parts = [part.strip() for part in text.split(",") if part.strip()] if option.repeats else [text]
+                raw[option.key] = (option.env, parts)
+    values: dict[str, object] = {}
+    for option in options:
+        if option.key not in raw:
+            values[option.key] = option.default
+            continue
+        name, texts = raw[option.key]
+        read = [option.read(name, text) for text in texts]
+        values[option.key] = tuple(read) if option.repeats else read[0]
+    return Values(values, set(raw), rest)
+
+
+def dialect_names(values: Values) -> dict[str, str]:
+    """The family names given to override the engine's own: running, waiting, prompt, generation, and
+    engine_label ("" reads the page as one engine)."""
+    names = {}
+    for key in ("running", "waiting", "prompt", "generation"):
+        name = values.text(f"{key}_metric")
+        if name is not None:
+            names[key] = name
+    label = values.text("engine_label")
+    if label is not None:
+        names["engine_label"] = label
+    return names
+
+
+def help_lines(options: Sequence[Option], *, environment: bool = True) -> list[str]:
+    """One line per option for --help: flag and metavar, the environment variable, meaning and default."""
+    lines = []
+    for option in options:
+        flag = f"{option.short}, {option.flag}" if option.short else option.flag
+        left = f"{flag} {option.metavar}".strip()
+        env = f"{option.env:29} " if environment else ""
+        lines.append(f"  {left:27} {env}{option.help} (default {option.shown})")
+    pad = " " * 30 if environment else ""
+    lines.append(f"  {'-h, --help':27} {pad}show this help and exit")
+    return lines

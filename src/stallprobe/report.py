@@ -1,0 +1,171 @@
+"""The words a verdict is told in: the probe's one line, its JSON object, and watch's short notes.
+
+One module, so that the probe and `watch` say the same thing the same way. The line has a stable lowercase
+prefix (the verdict), no timestamp, and stays short: the kubelet shows it in `kubectl describe pod` as
+`Liveness probe failed: <line>` and keeps at most 10 KiB.
+"""
+
+from __future__ import annotations
+
+from .detector import Verdict
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from .detector import Assessment, EnginesAssessment, Sample, State
+
+__all__ = [
+    "ENDPOINT_VERDICTS",
+    "ERROR",
+    "UNREACHABLE",
+    "WORST_LAST",
+    "baseline_why",
+    "describe",
+    "duration",
+    "error_fields",
+    "json_fields",
+    "note",
+    "num",
+    "secs",
+]
+
+# Two verdicts belong to an endpoint that `watch` could not judge, not to an engine: the scrape failed
+# (exit 3), or the page is not one an engine writes (exit 4).
+UNREACHABLE = "unreachable"
+ERROR = "error"
+ENDPOINT_VERDICTS = (UNREACHABLE, ERROR)
+# Every verdict from the least to the most severe. An endpoint that cannot be read is worse than one that
+# is only suspect, and better than one known to be stalled.
+WORST_LAST = (
+    *(v.value for v in Verdict if v is not Verdict.STALLED),
+    UNREACHABLE,
+    ERROR,
+    Verdict.STALLED.value,
+)
+
+SATURATED_NOTE = "busy, not stuck: do not restart"
+
+
+def num(x: float) -> str:
+    """A number as a person writes it: 120, not 120.0; 0.5; 1e+20."""
+    return str(int(x)) if x == int(x) and abs(x) < 1e15 else f"{x:g}"
+
+
+def secs(x: float) -> str:
+    """Seconds, to a tenth below 10 s."""
+    return f"{x:.0f}" if x >= 10 else f"{x:.1f}"
+
+
+def duration(seconds: float) -> str:
+    """How long, for a person: 4.0 s, 12m05s, 3h20m."""
+    if seconds < 60:
+        return f"{secs(max(0.0, seconds))} s"
+    minutes = int(seconds // 60)
+    if minutes < 60:
+        return f"{minutes}m{int(seconds % 60):02d}s"
+    return f"{minutes // 60}h{minutes % 60:02d}m"
+
+
+def baseline_why(one: Assessment, before: State | None, previous: Mapping[str, State] | None) -> str:
+    """Why an engine is at baseline: the detector's reason, or, with no history of it, whether this is
+    the first run at all or an engine new to a page seen before."""
+    if before is None:
+        return "engine first seen" if previous else "first run"
+    return one.reason
+
+
+def frozen(one: Assessment, precision: str) -> str:
+    """How long nothing has moved, and why that may be the engine's printer rather than the engine."""
+    text = f"no token progress for {secs(one.stalled_for)} s"
+    return f"{text}; {precision}" if precision else text
+
+
+def describe(
+    result: EnginesAssessment,
+    previous: Mapping[str, State] | None,
+    first: str,
+    window: float,
+    precision: str = "",
+) -> str:
+    """The one line a person reads in `kubectl describe pod`: the verdict of the worst engine.
+
+    `first` says why there is no history at all (a state file that could not be used), "" when there is
+    none to say; `precision` is engines.precision_note() of the worst engine.
+    """
+    engines = result.engines
+    worst = engines[result.worst]
+    s = worst.state.last
+    verdict = result.verdict
+    who = ""
+    if len(engines) > 1:
+        alike = [name for name, one in engines.items() if one.verdict is verdict]
+        if len(alike) > 1 and verdict in (Verdict.STALLED, Verdict.SUSPECT):
+            who = f"engines {', '.join(alike)} of {len(engines)}: "
+        else:
+            who = f"engine {result.worst} of {len(engines)}: "
+    head = f"{verdict.value}: {who}{num(s.running)} running, {num(s.waiting)} waiting"
+    before = previous.get(result.worst) if previous else None
+    if verdict is Verdict.BASELINE:
+        why = first or baseline_why(worst, before, previous)
+        return f"{head}; {why}, progress is judged from the next run"
+    if verdict is Verdict.IDLE:
+        return head
+    if verdict in (Verdict.PROGRESSING, Verdict.SATURATED) and before is not None:
+        p = before.last
+        moved = (
+            f"{head}; +{num(s.prompt - p.prompt)} prompt and "
+            f"+{num(s.generation - p.generation)} generation tokens in {secs(s.t - p.t)} s"
+        )
+        return f"{moved}; {SATURATED_NOTE}" if verdict is Verdict.SATURATED else moved
+    return f"{head}; {frozen(worst, '')} (window {num(window)} s)" + (f"; {precision}" if precision else "")
+
+
+def note(
+    one: Assessment, before: State | None, previous: Mapping[str, State] | None, first: str, precision: str
+) -> str:
+    """The short why of one engine's verdict, for watch's table ("" when the verdict says it all)."""
+    if one.verdict is Verdict.BASELINE:
+        return first or baseline_why(one, before, previous)
+    if one.verdict is Verdict.SATURATED:
+        return SATURATED_NOTE
+    if one.verdict in (Verdict.SUSPECT, Verdict.STALLED):
+        return frozen(one, precision)
+    return ""
+
+
+def json_fields(
+    result: EnginesAssessment, samples: Mapping[str, Sample], dialect: str, window: float, line: str
+) -> dict[str, object]:
+    """The probe's --json object: the verdict, the page's totals, and each engine's own numbers."""
+    worst = result.engines[result.worst]
+    return {
+        "verdict": result.verdict.value,
+        "engine": result.worst if len(samples) > 1 else None,
+        "dialect": dialect,
+        # Page totals: with several engines, the sums; the worst engine's own numbers are in "engines".
+        "running": sum(sample.running for sample in samples.values()),
+        "waiting": sum(sample.waiting for sample in samples.values()),
+        "prompt_tokens": sum(sample.prompt for sample in samples.values()),
+        "generation_tokens": sum(sample.generation for sample in samples.values()),
+        "stalled_for": worst.stalled_for,
+        "window": window,
+        "message": line,
+        "engines": [
+            {
+                "engine": name,
+                "verdict": one.verdict.value,
+                "running": one.state.last.running,
+                "waiting": one.state.last.waiting,
+                "prompt_tokens": one.state.last.prompt,
+                "generation_tokens": one.state.last.generation,
+                "stalled_for": one.stalled_for,
+            }
+            for name, one in result.engines.items()
+        ],
+    }
+
+
+def error_fields(message: str, exit_code: int) -> dict[str, object]:
+    """The --json object of a run that ended in an error."""
+    return {"verdict": "error", "error": message, "exit_code": exit_code}
