@@ -10,6 +10,9 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
+from stallprobe import Sample, State
+from stallprobe.statefile import load, read_boot_id, save
+
 REPO = Path(__file__).resolve().parents[1]
 # Real pages written by real servers, each with where it came from in tests/fixtures/real/SOURCES.md.
 FIXTURES = REPO / "tests" / "fixtures" / "real"
@@ -132,3 +135,24 @@ def llamacpp_page(processing: float, predicted: float, prompt: float, decodes: f
         ("llamacpp:requests_deferred", "gauge", deferred),
     ]
     return "".join(f"# HELP {n} doc\n# TYPE {n} {kind}\n{n} {value:g}\n" for n, kind, value in families).encode()
+
+
+def rewind(path: str | Path, seconds: float) -> None:
+    """Make `seconds` pass between two probe runs without sleeping.
+
+    Moves the time of the sample the last run left in the state file, and the start of its stall clock,
+    `seconds` into the past; the counters, signals and engines it wrote stay as they are. The probe reads
+    CLOCK_MONOTONIC, one clock for every process on the machine, so its next run judges the rewritten
+    file exactly as if it had been started `seconds` later.
+    """
+    boot_id = read_boot_id()
+    states, why = load(str(path), boot_id)
+    if states is None:
+        pytest.fail(f"no state to rewind in {path}: {why or 'there is no file'}")
+    moved: dict[str, State] = {}
+    for name, state in states.items():
+        last = state.last
+        t = last.t - seconds
+        earlier = Sample(last.running, last.generation, last.prompt, t, last.waiting, signals=last.signals)
+        moved[name] = State(earlier, None if state.stall_since is None else state.stall_since - seconds)
+    save(str(path), moved, boot_id)

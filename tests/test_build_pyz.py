@@ -9,7 +9,6 @@ from __future__ import annotations
 import importlib.util
 import subprocess
 import sys
-import time
 import zipfile
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from pytest_httpserver import HTTPServer
 
+from conftest import rewind
 from stallprobe.pyz import TOOLS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,8 +30,8 @@ REAL_VLLM_PAGES = sorted(path.name for path in REAL.glob("vllm-*.prom"))
 # leaves room to grow while catching a stray payload.
 MAX_PYZ_BYTES = 160 * 1024
 # The probe's verdict is judged on its own monotonic clock: a window of 0.1 s against a pause of at
-# least 0.6 s between two runs is stalled however slow the machine is, since a slow start only widens
-# the gap.
+# least 0.6 s between two runs (made by rewinding the state file, not by sleeping) is stalled however
+# slow the machine is, since a slow start only widens the gap.
 WINDOW = "0.1"
 PAUSE = 0.6
 CONTENT_TYPE = "text/plain; version=0.0.4"
@@ -134,7 +134,7 @@ def test_bytecode_of_another_python_falls_back_to_the_source(pyz: Path, tmp_path
     url = httpserver.url_for("/metrics")
     state = tmp_path / "probe.state"
     assert run_pyz(foreign, url, state, "--window", WINDOW)[0] == 0
-    time.sleep(PAUSE)
+    rewind(state, PAUSE)
     code, line = run_pyz(foreign, url, state, "--window", WINDOW)
     assert (code, line[:9]) == (1, "stalled: ")
 
@@ -153,7 +153,7 @@ def test_frozen_busy_engine_is_baseline_then_stalled(pyz: Path, httpserver: HTTP
     assert code == 0, line
     assert line.startswith("baseline: 3 running, 2 waiting;"), line
 
-    time.sleep(PAUSE)
+    rewind(state, PAUSE)
     code, line = run_pyz(pyz, url, state, "--window", WINDOW)
     assert code == 1, line
     assert line.startswith("stalled: 3 running, 2 waiting; no token progress for"), line

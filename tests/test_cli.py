@@ -108,6 +108,8 @@ def test_first_run_is_a_baseline(engine: Engine, state_file: str) -> None:
 
 
 def test_frozen_busy_engine_is_suspect_then_stalled(engine: Engine, state_file: str) -> None:
+    from conftest import rewind
+
     engine.set(21, 900, 400)
     args = ("--url", engine.url, "--state-file", state_file)
     assert probe(*args).returncode == ExitCode.OK
@@ -116,7 +118,7 @@ def test_frozen_busy_engine_is_suspect_then_stalled(engine: Engine, state_file: 
     assert re.fullmatch(
         r"suspect: 21 running, 0 waiting; no token progress for \d\.\d s \(window 600 s\)", one_line(suspect)
     )
-    time.sleep(0.5)  # the stall clock started at the first run: at least 0.5 s have passed
+    rewind(state_file, 0.5)  # the stall clock started at the first run: make 0.5 s more pass
     stalled = probe(*args, "--window", "0.4")
     assert stalled.returncode == ExitCode.STALLED
     assert one_line(stalled).startswith("stalled: 21 running, 0 waiting; no token progress for ")
@@ -641,20 +643,24 @@ def test_an_engine_that_appears_is_a_baseline_not_a_stall(engine: Engine, state_
 def test_each_engine_through_the_real_command(
     engine: Engine, state_file: str, before: bytes, after: bytes, flags: list[str], code: int, start: str
 ) -> None:
+    from conftest import rewind
+
     engine.page = before
     args = ["--url", engine.url, "--state-file", state_file, *flags]
     assert probe(*args).returncode == 0
     engine.page = after
-    time.sleep(0.3)
+    rewind(state_file, 0.3)
     result = probe(*args, "--window", "0.2")
     assert (result.returncode, one_line(result)[: len(start)]) == (code, start)
 
 
 def test_llamacpp_stall_line_says_when_rounding_can_hide_progress(engine: Engine, state_file: str) -> None:
+    from conftest import rewind
+
     engine.page = llamacpp_page(1, 3.5e6, 2.1e6, 4.20001e6)
     args = ["--url", engine.url, "--state-file", state_file]
     probe(*args)
-    time.sleep(0.3)
+    rewind(state_file, 0.3)
     line = one_line(probe(*args, "--window", "0.2"))
     assert line.startswith("stalled: 1 running")
     assert line.endswith("; llamacpp prints 6 significant digits, so an advance under 10 is invisible")
@@ -675,6 +681,8 @@ def test_ambiguous_page_is_exit_4(engine: Engine, state_file: str) -> None:
 
 
 def test_renamed_families_through_flags(engine: Engine, state_file: str) -> None:
+    from conftest import rewind
+
     page = (
         vllm_page(2, 10, 10)
         .replace(b"vllm:num_requests_running", b"fork:busy")
@@ -684,7 +692,7 @@ def test_renamed_families_through_flags(engine: Engine, state_file: str) -> None
     args = ["--url", engine.url, "--state-file", state_file, "--running-metric", "fork:busy"]
     env = {"STALLPROBE_PROMPT_METRIC": "fork:prefill_total"}
     assert one_line(probe(*args, env=env)).startswith("baseline: 2 running")
-    time.sleep(0.3)
+    rewind(state_file, 0.3)
     assert probe(*args, "--window", "0.2", env=env).returncode == ExitCode.STALLED
 
 
@@ -708,14 +716,16 @@ def test_include_waiting_stalls_a_queue_behind_nothing(engine: Engine, state_fil
 
 
 def test_progress_metric_counts_as_life(engine: Engine, state_file: str) -> None:
+    from conftest import rewind
+
     args = ["--url", engine.url, "--state-file", state_file, "--window", "0.2"]
     engine.page = vllm_page(2, 10, 10) + b"custom_steps 1\nother_beat 5\n"
     probe(*args, "--progress-metric", "custom_steps", "--progress-metric", "other_beat")
     engine.page = vllm_page(2, 10, 10) + b"custom_steps 2\nother_beat 5\n"
-    time.sleep(0.3)
+    rewind(state_file, 0.3)
     result = probe(*args, "--progress-metric", "custom_steps", "--progress-metric", "other_beat")
     assert (result.returncode, one_line(result)[:24]) == (0, "progressing: 2 running, ")
-    time.sleep(0.3)
+    rewind(state_file, 0.3)
     assert probe(*args, env={"STALLPROBE_PROGRESS_METRIC": "custom_steps, other_beat"}).returncode == ExitCode.STALLED
 
 
