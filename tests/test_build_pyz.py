@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from pytest_httpserver import HTTPServer
 
 from conftest import rewind
-from stallprobe.pyz import TOOLS
+from stallprobe.pyz import HOT
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD_PYZ = ROOT / "scripts" / "build-pyz"
@@ -98,7 +98,7 @@ def test_archive_holds_source_and_bytecode_beside_it_and_is_small(pyz: Path) -> 
     assert not [name for name in names if "__pycache__" in name]
     sources = sorted(name for name in names if name.endswith(".py") and name != "__main__.py")
     # Bytecode for what a probe run loads; the tools (inject, watch, the builder) are source only.
-    hot = [name for name in sources if name not in TOOLS]
+    hot = [name for name in sources if name in HOT]
     assert "stallprobe/detector.py" in hot
     assert sorted(name for name in names if name.endswith(".pyc")) == [name + "c" for name in hot]
     assert names == sorted(names)

@@ -25,7 +25,9 @@ from werkzeug import Request, Response
 
 from conftest import RawServer, fixture_page, llamacpp_page, sglang_page, vllm_page
 from stallprobe import Sample, State
-from stallprobe.cli import EXIT_MEANINGS, ExitCode, help_text, main
+from stallprobe.cli import main
+from stallprobe.errors import EXIT_MEANINGS, ExitCode, StallprobeError
+from stallprobe.probe import help_text
 from stallprobe.statefile import load, read_boot_id, save
 
 Behave = Callable[[socket.socket, threading.Event], None]
@@ -503,7 +505,7 @@ def test_help_lists_every_flag_env_and_exit_code() -> None:
     for flag in ("--url", "--window", "--timeout", "--state-file", "--saturation", "--json", "--version"):
         assert flag in result.stdout
     for code, meaning in EXIT_MEANINGS.items():
-        assert f"  {code.value}  {meaning}\n" in result.stdout
+        assert f"  {code}  {meaning}\n" in result.stdout
 
 
 def test_version() -> None:
@@ -513,15 +515,34 @@ def test_version() -> None:
 
 
 def test_exit_codes_are_the_documented_numbers() -> None:
-    assert [(c.name, c.value) for c in ExitCode] == [
+    codes = [(name, value) for name, value in vars(ExitCode).items() if name.isupper()]
+    assert codes == [
         ("OK", 0),
         ("STALLED", 1),
         ("USAGE", 2),
         ("SCRAPE", 3),
         ("METRICS", 4),
         ("STATE", 5),
+        ("INTERRUPTED", 130),
     ]
-    assert list(EXIT_MEANINGS) == list(ExitCode)
+    assert list(EXIT_MEANINGS) == [value for _, value in codes[:6]]
+
+
+def test_every_error_carries_a_documented_exit_code() -> None:
+    def subclasses(kind: type[StallprobeError]) -> list[type[StallprobeError]]:
+        return [kind, *(sub for child in kind.__subclasses__() for sub in subclasses(child))]
+
+    errors = subclasses(StallprobeError)[1:]
+    assert {error.__name__ for error in errors} >= {
+        "UsageError",
+        "InjectError",
+        "ScrapeError",
+        "MetricsError",
+        "StateFileError",
+    }
+    for error in errors:
+        assert error.exit_code in EXIT_MEANINGS, error
+        assert error.exit_code not in (ExitCode.OK, ExitCode.STALLED), error
 
 
 def test_installed_script_behaves_like_the_module(engine: Engine, state_file: str) -> None:

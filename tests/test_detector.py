@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import Any
 
 import pytest
 
@@ -16,7 +18,6 @@ from stallprobe import (
     assess_engines,
     replay,
     step,
-    step_engines,
 )
 
 B, IDL, P, SAT, SUS, ST = (
@@ -27,6 +28,14 @@ B, IDL, P, SAT, SUS, ST = (
     Verdict.SUSPECT,
     Verdict.STALLED,
 )
+
+
+def step_engines(
+    states: Mapping[str, State] | None, samples: Mapping[str, Sample], *args: Any, **kwargs: Any
+) -> tuple[Verdict, dict[str, State]]:
+    """One step for several engines: the page's verdict and the states for the next step."""
+    result = assess_engines(states, samples, *args, **kwargs)
+    return result.verdict, result.states
 
 
 def S(running: float, gen: float, prompt: float, t: float, waiting: float = 0.0, **signals: float) -> Sample:

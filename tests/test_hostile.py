@@ -24,7 +24,8 @@ import pytest
 
 from conftest import RawServer, vllm_page
 from stallprobe import Sample, State
-from stallprobe.cli import MAX_PAGE_BYTES, ExitCode
+from stallprobe.errors import ExitCode
+from stallprobe.scrape import MAX_PAGE_BYTES
 from stallprobe.statefile import load, read_boot_id, save
 
 Behave = Callable[[socket.socket, threading.Event], None]

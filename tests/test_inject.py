@@ -115,11 +115,12 @@ def test_every_workload_kind_gets_the_probe_and_stays_valid(kind: str) -> None:
     assert len(specs) == (2 if kind == "LeaderWorkerSet" else 1)
     for spec in specs:
         probe = spec["containers"][0]["livenessProbe"]
-        assert probe["exec"]["command"][:6] == [
+        assert probe["exec"]["command"][:7] == [
             "python3",
             "-I",
             "-S",
-            PYZ_PATH,
+            "-c",
+            f'import sys; sys.path.insert(0, "{PYZ_PATH}"); from stallprobe.cli import run; run()',
             "--url",
             "http://127.0.0.1:8000/metrics",
         ]
@@ -198,7 +199,7 @@ def test_the_operators_own_liveness_probe_wins_unless_forced() -> None:
     assert out == [doc]  # nothing injected, so no ConfigMap either
     assert "kept its own liveness probe" in log[0]
     forced, _ = inject([copy.deepcopy(doc)], Options(pyz=b"", force=True))
-    assert probe_of(forced[0])["exec"]["command"][3] == PYZ_PATH
+    assert PYZ_PATH in probe_of(forced[0])["exec"]["command"][4]
 
 
 def test_read_only_root_gets_an_emptydir_for_the_state() -> None:
@@ -215,7 +216,7 @@ def test_timing_flags_reach_the_probe_and_the_report() -> None:
     options = Options(pyz=b"", window=300, timeout=4.5, period=15, failure=5, engine="sglang")
     out, log = inject([workload("Deployment", pod_spec(container()))], options)
     probe = probe_of(out[0])
-    assert probe["exec"]["command"][6:] == ["--window", "300", "--timeout", "4.5", "--engine", "sglang"]
+    assert probe["exec"]["command"][7:] == ["--window", "300", "--timeout", "4.5", "--engine", "sglang"]
     assert (probe["periodSeconds"], probe["timeoutSeconds"], probe["failureThreshold"]) == (15, 7, 5)
     assert (
         "restarted about 360 s after its last progress (window 300 s + period 15 s x (failureThreshold 5 - 1))"
@@ -294,7 +295,7 @@ def test_json_works_without_pyyaml_and_yaml_says_what_it_needs() -> None:
         ("{not json", [], "the input is not valid JSON"),
         ("a: [unclosed", [], "the input is not valid YAML"),
         (MANIFEST, ["--window", "0"], "--window must be a number > 0"),
-        (MANIFEST, ["--period", "0"], "--period must be >= 1"),
+        (MANIFEST, ["--period", "0"], "--period must be a whole number >= 1"),
         (MANIFEST, ["--configmap", "Bad_Name"], "--configmap must be a DNS subdomain name"),
         (MANIFEST, ["--configmap", "caf\u00e9"], "--configmap must be a DNS subdomain name"),
         (MANIFEST, ["-f", "/nonexistent.yaml"], "-f /nonexistent.yaml: No such file or directory"),
@@ -371,8 +372,7 @@ def test_the_injected_command_as_the_kubelet_runs_it(stub: StubEngine, tmp_path:
     pyz.parent.mkdir()
     pyz.write_bytes(base64.b64decode(configmap["binaryData"]["stallprobe.pyz"]))
     command = [
-        sys.executable if word == "python3" else str(pyz) if word == PYZ_PATH else word
-        for word in probe["exec"]["command"]
+        sys.executable if word == "python3" else word.replace(PYZ_PATH, str(pyz)) for word in probe["exec"]["command"]
     ]
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("STALLPROBE_")}, "TMPDIR": str(tmp_path)}
 

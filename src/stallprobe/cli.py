@@ -8,7 +8,6 @@ runs every few seconds, pays nothing for the tools.
 
 from __future__ import annotations
 
-import os
 import sys
 
 from .errors import StallprobeError
@@ -28,10 +27,25 @@ def _wants_json(command: str, args: Sequence[str], env: Mapping[str, str]) -> bo
     return "--json" in args or (command == "probe" and env.get("STALLPROBE_JSON", "").lower() in _TRUE)
 
 
+def _environ() -> Mapping[str, str]:
+    """os.environ, without importing os where nothing has (under `-I -S`: ~1.3 ms, a tenth of a probe run)."""
+    os = sys.modules.get("os")
+    if os is not None:
+        environ: Mapping[str, str] = os.environ
+        return environ
+    import posix  # the same variables, as bytes; decoded as os decodes them
+
+    code = sys.getfilesystemencoding()
+    return {
+        key.decode(code, "surrogateescape"): value.decode(code, "surrogateescape")
+        for key, value in posix.environ.items()
+    }
+
+
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
     """Run one command; its exit code. Every expected failure is one line, never a traceback."""
     args = list(sys.argv[1:] if argv is None else argv)
-    env = os.environ if environ is None else environ
+    env = _environ() if environ is None else environ
     command = args[0] if args and args[0] in ("watch", "inject") else "probe"
     if command != "probe":
         del args[0]

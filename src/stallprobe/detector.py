@@ -80,8 +80,8 @@ class Verdict(metaclass=_Members):
 
     Used like an Enum (`Verdict.STALLED.value == "stalled"`, `Verdict("stalled") is Verdict.STALLED`,
     iteration), but not one: building Enum classes is the largest cost of a probe run's imports after
-    the interpreter's own. Members iterate from the least to the most severe; `severity` is that rank,
-    and the page speaks with its worst engine's verdict.
+    the interpreter's own. `severity` ranks them, 0 (idle) to 5 (stalled): the page speaks with its
+    worst engine's verdict.
     """
 
     __slots__ = ("name", "severity", "value")
@@ -105,10 +105,10 @@ class Verdict(metaclass=_Members):
             raise ValueError(f"{value!r} is not a valid Verdict") from None
 
     @classmethod
-    def _add(cls, name: str, value: str) -> Verdict:
+    def _add(cls, name: str, severity: int) -> Verdict:
         member = object.__new__(cls)
-        member.name, member.value, member.severity = name, value, len(_VERDICTS)
-        _VERDICTS[value] = member
+        member.name, member.value, member.severity = name, name.lower(), severity
+        _VERDICTS[member.value] = member
         setattr(cls, name, member)
         return member
 
@@ -123,10 +123,18 @@ class Verdict(metaclass=_Members):
 
 
 _VERDICTS: dict[str, Verdict] = {}
-# From the least to the most severe: which engine speaks for the page is the one with the worst.
-for _name in ("IDLE", "BASELINE", "PROGRESSING", "SATURATED", "SUSPECT", "STALLED"):
-    Verdict._add(_name, _name.lower())
-del _name
+# In the order they are documented (and iterate); the number is the severity, from the least to the most
+# severe: which engine speaks for the page is the one with the worst verdict.
+for _name, _severity in (
+    ("BASELINE", 1),
+    ("IDLE", 0),
+    ("PROGRESSING", 2),
+    ("SATURATED", 3),
+    ("SUSPECT", 4),
+    ("STALLED", 5),
+):
+    Verdict._add(_name, _severity)
+del _name, _severity
 
 
 class Sample:

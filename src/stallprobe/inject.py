@@ -19,37 +19,45 @@ how long a wedged engine lives before the kubelet restarts it, go to stderr. YAM
 
 from __future__ import annotations
 
-import argparse
 import base64
 import json
 import math
 import sys
 
 from . import __version__
-from .cli import _num
 from .detector import DEFAULT_WINDOW
-from .errors import StallprobeError
+from .engines import DIALECTS
+from .errors import InjectError
+from .options import (
+    DEFAULT_FAILURE_THRESHOLD,
+    DEFAULT_PERIOD,
+    DEFAULT_TIMEOUT,
+    ENGINE_OPTIONS,
+    INJECT,
+    help_lines,
+    parse,
+)
+from .pyz import launcher
+from .report import num
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
     from typing import Any, TextIO
 
-__all__ = ["InjectError", "inject", "main"]
+    from .options import Values
+
+__all__ = ["InjectError", "Options", "inject", "main"]
 
 PYZ_DIR = "/opt/stallprobe"
 PYZ_KEY = "stallprobe.pyz"
 PYZ_PATH = f"{PYZ_DIR}/{PYZ_KEY}"
+# The pod runs the archive through `-c`, not as `python3 stallprobe.pyz`: running a zip goes through
+# runpy, ~8 ms of CPU a run (a third of the probe's cost) for nothing.
+LAUNCHER = launcher(PYZ_PATH)
 STATE_DIR = "/run/stallprobe"
 VOLUME = "stallprobe"
 STATE_VOLUME = "stallprobe-state"
-# How an engine is recognized in a container's image or command line, and the port it listens on when
-# the command does not say (vLLM's, SGLang's and llama-server's own defaults).
-ENGINES = (
-    ("vllm", ("vllm",), 8000),
-    ("sglang", ("sglang",), 30000),
-    ("llamacpp", ("llama.cpp", "llama-cpp", "llamacpp", "llama_cpp", "llama-server"), 8080),
-)
 # Where each workload kind keeps its pod templates' specs.
 TEMPLATE_PATHS: dict[str, list[tuple[str, ...]]] = {
     "Pod": [("spec",)],
@@ -66,10 +74,6 @@ TEMPLATE_PATHS: dict[str, list[tuple[str, ...]]] = {
 }
 
 
-class InjectError(StallprobeError):
-    """The input or a flag cannot be used; the message says why."""
-
-
 class Options:
     __slots__ = (
         "configmap",
@@ -78,6 +82,7 @@ class Options:
         "failure",
         "force",
         "period",
+        "probe_args",
         "pyz",
         "state_volume",
         "timeout",
@@ -91,12 +96,13 @@ class Options:
         container: str | None = None,
         engine: str | None = None,
         window: float = DEFAULT_WINDOW,
-        timeout: float = 3.0,
-        period: int = 10,
-        failure: int = 3,
+        timeout: float = DEFAULT_TIMEOUT,
+        period: int = DEFAULT_PERIOD,
+        failure: int = DEFAULT_FAILURE_THRESHOLD,
         force: bool = False,
         state_volume: bool = False,
         pyz: bytes = b"",
+        probe_args: Sequence[str] = (),
     ) -> None:
         self.configmap = configmap
         self.container = container
@@ -108,6 +114,8 @@ class Options:
         self.force = force
         self.state_volume = state_volume
         self.pyz = pyz
+        # The probe's other engine flags, as given to inject (--saturation 4, --progress-metric X, ...).
+        self.probe_args = tuple(probe_args)
 
 
 def _dig(doc: Any, path: Sequence[str]) -> Any:
@@ -136,9 +144,9 @@ def _command_line(container: dict[str, Any]) -> list[str]:
 def engine_of(container: dict[str, Any]) -> str | None:
     """The engine a container runs, from its image and command line; None when it runs none we know."""
     haystack = " ".join([str(container.get("image", "")), *_command_line(container)]).lower()
-    for name, hints, _ in ENGINES:
-        if any(hint in haystack for hint in hints):
-            return name
+    for dialect in DIALECTS:
+        if any(hint in haystack for hint in dialect.hints):
+            return dialect.name
     return None
 
 
@@ -156,7 +164,7 @@ def port_of(container: dict[str, Any], engine: str | None) -> int:
             return int(port["containerPort"])
     if ports:
         return int(ports[0]["containerPort"])
-    return next((default for name, _, default in ENGINES if name == engine), 8000)
+    return next((dialect.port for dialect in DIALECTS if dialect.name == engine), DIALECTS[0].port)
 
 
 def is_ours(probe: Any) -> bool:
@@ -175,12 +183,13 @@ def _read_only_root(container: dict[str, Any]) -> bool:
 
 
 def liveness_probe(port: int, engine: str | None, options: Options, old: Any, state_volume: bool) -> dict[str, Any]:
-    command = ["python3", "-I", "-S", PYZ_PATH, "--url", f"http://127.0.0.1:{port}/metrics"]
-    command += ["--window", _num(options.window), "--timeout", _num(options.timeout)]
+    command = ["python3", "-I", "-S", "-c", LAUNCHER, "--url", f"http://127.0.0.1:{port}/metrics"]
+    command += ["--window", num(options.window), "--timeout", num(options.timeout)]
     if engine is not None:
         command += ["--engine", engine]
     if state_volume:
         command += ["--state-file", f"{STATE_DIR}/probe.state"]
+    command += options.probe_args
     probe: dict[str, Any] = {"exec": {"command": command}}
     delay = _dig(old, ("initialDelaySeconds",))
     if isinstance(delay, int):  # model loading: keep the operator's delay (a startupProbe is better)
@@ -234,8 +243,8 @@ def inject_pod(spec: dict[str, Any], options: Options, where: str, log: list[str
         lives = options.window + options.period * (options.failure - 1)
         log.append(
             f"{where} container {name}: {'replaced' if old is not None else 'added'} the liveness probe "
-            f"({engine or 'engine from the page'}, port {port}); a wedged engine is restarted about {_num(lives)} s "
-            f"after its last progress (window {_num(options.window)} s + period {options.period} s x "
+            f"({engine or 'engine from the page'}, port {port}); a wedged engine is restarted about {num(lives)} s "
+            f"after its last progress (window {num(options.window)} s + period {options.period} s x "
             f"(failureThreshold {options.failure} - 1))"
         )
         injected = True
@@ -347,93 +356,94 @@ def write_documents(form: str, docs: list[Any], out: TextIO) -> None:
         return
     import yaml
 
-    out.write(yaml.safe_dump_all(docs, sort_keys=False, default_flow_style=False, explicit_start=True))
+    # Wide lines: a folded `-c` program or URL reads worse and diffs worse than a long line.
+    out.write(yaml.safe_dump_all(docs, sort_keys=False, default_flow_style=False, explicit_start=True, width=4096))
 
 
 # --- the command
 
+DESCRIPTION = """\
+usage: stallprobe inject [-f FILE] [options]
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="stallprobe inject",
-        description="Put the stallprobe exec liveness probe into Kubernetes manifests (YAML or JSON).",
-        epilog="exit codes: 0 written; 2 usage error or input that is not YAML/JSON manifests",
-    )
-    parser.add_argument("-f", "--filename", default="-", help="the manifests (default: stdin)")
-    parser.add_argument("--container", help="inject into the container of this name only")
-    parser.add_argument(
-        "--engine", choices=[name for name, _, _ in ENGINES], help="the engine (default: from the image)"
-    )
-    parser.add_argument("--window", type=float, default=DEFAULT_WINDOW, help="the probe's --window, seconds (120)")
-    parser.add_argument("--timeout", type=float, default=3.0, help="the probe's --timeout, seconds (3)")
-    parser.add_argument("--period", type=int, default=10, help="periodSeconds (10)")
-    parser.add_argument("--failure-threshold", type=int, default=3, help="failureThreshold (3)")
-    parser.add_argument("--force", action="store_true", help="replace any liveness probe, not just /health")
-    parser.add_argument("--state-volume", action="store_true", help="keep the state in an emptyDir always")
-    parser.add_argument("--configmap", default="stallprobe", help="the ConfigMap's name (stallprobe)")
-    parser.add_argument("--pyz", help="a stallprobe.pyz to ship (default: built from this installation)")
-    parser.add_argument(
-        "--python",
-        help="also ship bytecode for this interpreter, the image's Python (e.g. python3.12): ~10 ms less CPU a run",
-    )
-    return parser
+Put the stallprobe exec liveness probe into Kubernetes manifests (YAML or JSON): the manifests go to
+stdout, what changed to stderr. The engine flags are the probe's, written into the probe it adds."""
 
 
-def _validate(args: argparse.Namespace) -> None:
-    for flag, value in (("--window", args.window), ("--timeout", args.timeout)):
-        if not 0 < value < math.inf:
-            raise InjectError(f"{flag} must be a number > 0 (got {value!r})")
-    for flag, count in (("--period", args.period), ("--failure-threshold", args.failure_threshold)):
-        if count < 1:
-            raise InjectError(f"{flag} must be >= 1 (got {count})")
-    name = args.configmap
-    if not name or len(name) > 253 or not all(ch in "abcdefghijklmnopqrstuvwxyz0123456789-." for ch in name):
-        raise InjectError(f"--configmap must be a DNS subdomain name (got {name!r})")
+def help_text() -> str:
+    return "\n".join(
+        [
+            DESCRIPTION,
+            "",
+            "options:",
+            *help_lines(INJECT, environment=False),
+            "",
+            "exit codes: 0 written; 2 usage error",
+        ]
+    )
+
+
+def _probe_args(values: Values) -> list[str]:
+    """The probe's engine flags that were given, as the probe's command line takes them (--window and
+    --engine are always written, and so are left out here)."""
+    args: list[str] = []
+    for option in ENGINE_OPTIONS:
+        if option.key not in values.given or option.flag in ("--window", "--engine"):
+            continue
+        if option.is_switch:
+            args += [option.flag] if values.flag(option.key) else []
+        elif option.repeats:
+            for word in values.words(option.key):
+                args += [option.flag, word]
+        else:
+            value = values.value(option.key)
+            args += [option.flag, num(value) if isinstance(value, float) else (str(value) or "none")]
+    return args
+
+
+def _read(path: str, flag: str, binary: bool) -> str | bytes:
+    try:
+        if binary:
+            with open(path, "rb") as f:
+                return f.read()
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InjectError(f"{flag} {path}: {getattr(exc, 'strerror', None) or exc}") from None
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = _parser()
-    try:
-        args = parser.parse_args(list(argv))
-    except SystemExit as exit_:
-        return int(exit_.code or 0)
-    try:
-        _validate(args)
-        if args.pyz:
-            try:
-                with open(args.pyz, "rb") as f:
-                    pyz = f.read()
-            except OSError as exc:
-                raise InjectError(f"--pyz {args.pyz}: {exc.strerror}") from None
-        else:
-            from .pyz import build
+    """`stallprobe inject ...`: the manifests to stdout, the log to stderr; the exit code."""
+    values = parse(argv, INJECT)
+    if isinstance(values, str):
+        print(help_text() if values == "help" else f"stallprobe {__version__}")
+        return 0
+    pyz_path = values.text("pyz")
+    if pyz_path is not None:
+        pyz = _read(pyz_path, "--pyz", binary=True)
+        assert isinstance(pyz, bytes)
+    else:
+        from .pyz import build
 
-            pyz = build(args.python)
-        if args.filename == "-":
-            text = sys.stdin.read()
-        else:
-            try:
-                with open(args.filename, encoding="utf-8") as f:
-                    text = f.read()
-            except (OSError, UnicodeDecodeError) as exc:
-                raise InjectError(f"-f {args.filename}: {getattr(exc, 'strerror', None) or exc}") from None
-        form, docs = read_documents(text)
-        options = Options(
-            configmap=args.configmap,
-            container=args.container,
-            engine=args.engine,
-            window=args.window,
-            timeout=args.timeout,
-            period=args.period,
-            failure=args.failure_threshold,
-            force=args.force,
-            state_volume=args.state_volume,
-            pyz=pyz,
-        )
-        docs, log = inject(docs, options)
-    except InjectError as exc:
-        print(f"stallprobe inject: {exc}", file=sys.stderr)
-        return 2
+        pyz = build(values.text("python"))
+    filename = values.text("filename") or "-"
+    text = sys.stdin.read() if filename == "-" else _read(filename, "-f", binary=False)
+    assert isinstance(text, str)
+    form, docs = read_documents(text)
+    engine = values.text("engine")
+    options = Options(
+        configmap=values.text("configmap") or "stallprobe",
+        container=values.text("container"),
+        engine=None if engine == "auto" else engine,
+        window=values.number("window"),
+        timeout=values.number("timeout"),
+        period=values.integer("period"),
+        failure=values.integer("failure_threshold"),
+        force=values.flag("force"),
+        state_volume=values.flag("state_volume"),
+        pyz=pyz,
+        probe_args=_probe_args(values),
+    )
+    docs, log = inject(docs, options)
     write_documents(form, docs, sys.stdout)
     for line in log:
         print(f"stallprobe inject: {line}", file=sys.stderr)

@@ -362,6 +362,9 @@ class Values:
         self.given = given  # keys of the options given
         self.positional = positional
 
+    def value(self, key: str) -> object:
+        return self._values[key]
+
     def number(self, key: str) -> float:
         value = self._values[key]
         assert isinstance(value, float)

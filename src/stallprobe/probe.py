@@ -22,11 +22,7 @@ if TYPE_CHECKING:
 
     from .options import Values
 
-__all__ = ["MAX_PAGE_BYTES", "Config", "configure", "help_text", "main", "run"]
-
-# A vLLM page is ~50 KB; with hundreds of LoRA adapters and histograms a few MB. 32 MiB bounds memory
-# against a runaway page while leaving room for an unusual one.
-MAX_PAGE_BYTES = 32 * 1024 * 1024
+__all__ = ["Config", "configure", "help_text", "main", "run"]
 
 USAGE = """\
 usage: stallprobe [--url URL] [--window S] [--timeout S] [--engine NAME] [options]
@@ -104,7 +100,7 @@ def run(config: Config) -> int:
 
     boot_id = read_boot_id()
     previous, why = load(config.state_file, boot_id)
-    page = fetch(config.url, config.timeout, MAX_PAGE_BYTES)
+    page = fetch(config.url, config.timeout)
     # CLOCK_MONOTONIC is one clock for every process since boot: a wall-clock step cannot fake a
     # stall, and the boot id in the state file catches the one case where it restarts.
     now = time.monotonic()

@@ -38,7 +38,7 @@ ENDPOINT_VERDICTS = (UNREACHABLE, ERROR)
 # Every verdict from the least to the most severe. An endpoint that cannot be read is worse than one that
 # is only suspect, and better than one known to be stalled.
 WORST_LAST = (
-    *(v.value for v in Verdict if v is not Verdict.STALLED),
+    *(v.value for v in sorted(Verdict, key=lambda v: v.severity) if v is not Verdict.STALLED),
     UNREACHABLE,
     ERROR,
     Verdict.STALLED.value,
