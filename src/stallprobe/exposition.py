@@ -93,9 +93,10 @@ def _label_value(line: bytes, open_quote: int, name: str) -> tuple[str, int]:
         raise MetricsError(f"{name}: unterminated label value in line {_show(line)}")
     if line.find(b"\\", open_quote + 1, quote) < 0:  # no escapes: the usual case, one search
         return line[open_quote + 1 : quote].decode("utf-8", "replace"), quote + 1
-    # Escapes (\\, \" and \n; others are kept as written, as Prometheus does). Real pages hardly have
+    # Escapes: \\, \" and \n; any other is kept as written, as Prometheus does. Real pages hardly have
     # them; a hostile page can have tens of thousands a line, so both finding the end and unescaping run
-    # in C: a regular expression, then a chain of replaces through a placeholder byte.
+    # in C: a regular expression, then splitting at the escaped backslashes, so that what is left of
+    # each piece has only \" and \n to undo.
     import re
 
     if not _ESCAPED:
@@ -103,24 +104,7 @@ def _label_value(line: bytes, open_quote: int, name: str) -> tuple[str, int]:
     match = _ESCAPED[0].match(line, open_quote)
     if match is None:
         raise MetricsError(f"{name}: unterminated label value in line {_show(line)}")
-    raw = match.group(1)
-    if b"\x00" not in raw:
-        raw = raw.replace(b"\\\\", b"\x00").replace(b'\\"', b'"').replace(b"\\n", b"\n").replace(b"\x00", b"\\")
-    else:  # the placeholder is taken: one escape at a time (the line is at most MAX_LINE long)
-        parts = raw.split(b"\\")
-        out = [parts[0]]
-        i = 1
-        while i < len(parts):
-            part = parts[i]
-            if not part:  # an escaped backslash: its second half is the next (empty-started) part
-                out.append(b"\\")
-                i += 1
-                if i < len(parts):
-                    out.append(parts[i])
-            else:
-                out.append({ord("n"): b"\n", ord('"'): b'"'}.get(part[0], b"\\" + part[:1]) + part[1:])
-            i += 1
-        raw = b"".join(out)
+    raw = b"\\".join(part.replace(b'\\"', b'"').replace(b"\\n", b"\n") for part in match.group(1).split(b"\\\\"))
     return raw.decode("utf-8", "replace"), match.end()
 
 
