@@ -7,12 +7,16 @@ import re
 import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+import yaml
+from pytest_httpserver import HTTPServer
 
-from conftest import REPO
+from conftest import REPO, rewind, vllm_page
 from stallprobe.errors import EXIT_MEANINGS
 from stallprobe.options import PROBE
+from stallprobe.pyz import build
 
 README = (REPO / "README.md").read_text(encoding="utf-8")
 
@@ -120,3 +124,38 @@ def test_ci_runs_the_readme_test_command() -> None:
     assert "git clone" in ci  # from a clone with nothing beside it
     assert "ruff check" in ci
     assert "mypy" in ci
+
+
+def stanza_commands() -> list[list[str]]:
+    """The exec command of every liveness probe stanza in the README's YAML."""
+    commands = []
+    for block in blocks("yaml"):
+        for flow in re.findall(r"command: (\[.*?\])", block, flags=re.DOTALL):
+            command = yaml.safe_load(flow)
+            assert isinstance(command, list)
+            commands.append([str(word) for word in command])
+    return commands
+
+
+def test_the_pod_stanzas_run_the_probe(httpserver: HTTPServer, tmp_path: Path) -> None:
+    """Each stanza's command, run as the kubelet would (the archive where the ConfigMap would mount it):
+    a baseline, then a stall once the window has passed."""
+    commands = stanza_commands()
+    assert len(commands) == 2
+    (tmp_path / "pyz").mkdir()
+    pyz = tmp_path / "pyz" / "stallprobe.pyz"
+    pyz.write_bytes(build())
+    httpserver.expect_request("/metrics").respond_with_data(vllm_page(4, 100, 50), content_type="text/plain")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STALLPROBE_")}
+    for n, command in enumerate(commands):
+        assert command[0] == "python3"
+        assert "-m" not in command  # runpy: ~8 ms a run for nothing
+        argv = [sys.executable, *(word.replace("/opt/stallprobe/stallprobe.pyz", str(pyz)) for word in command[1:])]
+        argv = [word.replace("http://127.0.0.1:8000/metrics", httpserver.url_for("/metrics")) for word in argv]
+        state = tmp_path / f"{n}.state"
+        argv += ["--state-file", str(state)]
+        first = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=30, check=False)
+        assert (first.returncode, first.stdout.split(":")[0]) == (0, "baseline"), first.stderr
+        rewind(str(state), 121)  # the window is 120 s
+        second = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=30, check=False)
+        assert (second.returncode, second.stdout.split(":")[0]) == (1, "stalled"), second.stderr
