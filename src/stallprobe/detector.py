@@ -104,14 +104,6 @@ class Verdict(metaclass=_Members):
         except KeyError:
             raise ValueError(f"{value!r} is not a valid Verdict") from None
 
-    @classmethod
-    def _add(cls, name: str, severity: int) -> Verdict:
-        member = object.__new__(cls)
-        member.name, member.value, member.severity = name, name.lower(), severity
-        _VERDICTS[member.value] = member
-        setattr(cls, name, member)
-        return member
-
     def __repr__(self) -> str:
         return f"<Verdict.{self.name}: {self.value!r}>"
 
@@ -133,8 +125,12 @@ for _name, _severity in (
     ("SUSPECT", 4),
     ("STALLED", 5),
 ):
-    Verdict._add(_name, _severity)
-del _name, _severity
+    # (Here, not in a method: mutmut cannot test code that runs only while the module is imported.)
+    _member = object.__new__(Verdict)
+    _member.name, _member.value, _member.severity = _name, _name.lower(), _severity
+    _VERDICTS[_member.value] = _member
+    setattr(Verdict, _name, _member)
+del _name, _severity, _member
 
 
 class Sample:
