@@ -9,9 +9,11 @@ from conftest import FIXTURES, fixture_page, vllm_page
 from stallprobe import MetricsError, Sample
 from stallprobe.engines import (
     DIALECTS,
+    ENGINE_NAMES,
     LLAMACPP,
     SGLANG,
     VLLM,
+    Dialect,
     choose,
     detect,
     precision_note,
@@ -21,6 +23,7 @@ from stallprobe.engines import (
 
 RUN, WAIT, PROMPT, GEN = VLLM.running, VLLM.waiting, VLLM.prompt, VLLM.generation
 KV = "vllm:kv_cache_usage_perc"
+NO_ENGINE = "no known engine's metrics on the page (looked for vllm, sglang, llamacpp): pass --engine and names"
 
 
 # Every real page: the dialect it must be read as and each engine's (running, waiting, prompt,
@@ -88,14 +91,66 @@ def test_partly_present_dialect_names_what_it_lacks() -> None:
     ("page", "message"),
     [
         (b"  <!doctype html><html><body>vllm</body></html>", "not a metrics page: the server sent HTML"),
-        (b"", "no known engine's metrics"),
-        (b"\x00\xff\xfe garbage", "no known engine's metrics"),
-        (b"# HELP vllm:num_requests_running_x doc\nvllm:num_requests_running_x 1\n", "no known engine's metrics"),
+        (b"", NO_ENGINE),
+        (b"\x00\xff\xfe garbage", NO_ENGINE),
+        (b"# HELP vllm:num_requests_running_x doc\nvllm:num_requests_running_x 1\n", NO_ENGINE),
+        # Only the first 4 KiB are looked at for HTML: a page is not copied to be stripped.
+        (b" " * 4096 + b"<html>", NO_ENGINE),
+        (b" " * 4095 + b"<html>", "not a metrics page: the server sent HTML"),
     ],
 )
 def test_no_dialect_fits(page: bytes, message: str) -> None:
-    with pytest.raises(MetricsError, match=f"^{message}"):
+    with pytest.raises(MetricsError) as caught:
         detect(page)
+    assert str(caught.value) == message
+
+
+def test_a_page_with_some_of_one_engines_families_names_every_missing_one() -> None:
+    page = b"vllm:num_requests_running 1\n"
+    with pytest.raises(MetricsError) as caught:
+        detect(page)
+    assert str(caught.value) == (
+        "required metric missing from the vllm page: vllm:prompt_tokens_total, vllm:generation_tokens_total"
+    )
+    with pytest.raises(MetricsError) as caught:
+        read_engines(page, 0.0)
+    assert str(caught.value) == (
+        "required metric missing from the vllm page: vllm:generation_tokens_total, vllm:prompt_tokens_total"
+    )
+
+
+@pytest.mark.parametrize(
+    ("page", "message"),
+    [
+        (b"<html><body>502</body></html>", "not a metrics page: the server sent HTML"),
+        (
+            b"up 1\n",
+            "not a vllm metrics page: none of vllm:num_requests_running, vllm:generation_tokens_total, "
+            "vllm:prompt_tokens_total is on it",
+        ),
+    ],
+)
+def test_a_page_without_the_named_engines_families_says_so(page: bytes, message: str) -> None:
+    with pytest.raises(MetricsError) as caught:
+        read_engines(page, 0.0, VLLM)
+    assert str(caught.value) == message
+
+
+@pytest.mark.parametrize(
+    ("dialect", "port", "hints"),
+    [
+        (VLLM, 8000, ("vllm",)),
+        (SGLANG, 30000, ("sglang",)),
+        (LLAMACPP, 8080, ("llama.cpp", "llama-cpp", "llamacpp", "llama_cpp", "llama-server")),
+    ],
+)
+def test_each_engine_has_its_default_port_and_the_words_that_name_it(
+    dialect: Dialect, port: int, hints: tuple[str, ...]
+) -> None:
+    # vLLM's, SGLang's and llama-server's own defaults; inject reads them from here.
+    assert (dialect.port, dialect.hints) == (port, hints)
+    assert (dialect.with_names(running="x").port, dialect.with_names(running="x").hints) == (port, hints)
+    assert ENGINE_NAMES == ("auto", "vllm", "sglang", "llamacpp")
 
 
 def test_renamed_families_are_found_through_overrides() -> None:
@@ -218,6 +273,11 @@ def test_non_finite_value_of_a_used_family_is_an_error(family: str, value: bytes
     [
         ({"llamacpp:n_decode_total": 999999}, 5e6, ""),
         (
+            {"llamacpp:n_decode_total": 1e6},
+            5e6,
+            "llamacpp prints 6 significant digits, so an advance under 10 is invisible",
+        ),
+        (
             {"llamacpp:n_decode_total": 1.23457e6},
             5e6,
             "llamacpp prints 6 significant digits, so an advance under 10 is invisible",
@@ -253,6 +313,8 @@ def test_choose_reads_the_engine_flag_and_the_overrides() -> None:
     )
     with pytest.raises(ValueError, match="unknown engine 'tgi'"):
         choose(page, "tgi")
+    # "auto" reads the page: an SGLang page is SGLang's, though vLLM comes first in the table.
+    assert choose(fixture_page("sglang-docs-production-metrics-00b08c4.prom"), "auto") is SGLANG
 
 
 def test_signals_that_sum_past_the_largest_float_are_an_error_not_a_crash() -> None:
@@ -263,11 +325,14 @@ def test_signals_that_sum_past_the_largest_float_are_an_error_not_a_crash() -> N
         read_engines(page, 0.0)
 
 
-def test_counters_that_sum_past_the_largest_float_are_an_error_not_a_crash() -> None:
-    page = b"vllm:num_requests_running 1\nvllm:generation_tokens_total 1\n"
-    page += b'vllm:prompt_tokens_total{a="1"} 1.7e308\nvllm:prompt_tokens_total{a="2"} 1.7e308\n'
-    with pytest.raises(MetricsError, match=r"^vllm:prompt_tokens_total is inf, not a finite number$"):
+@pytest.mark.parametrize("family", [RUN, WAIT, PROMPT, GEN])
+def test_counters_that_sum_past_the_largest_float_are_an_error_not_a_crash(family: str) -> None:
+    values = {RUN: b"1", WAIT: b"0", PROMPT: b"1", GEN: b"1"}
+    page = b"".join(name.encode() + b" " + value + b"\n" for name, value in values.items() if name != family)
+    page += family.encode() + b'{a="1"} 1.7e308\n' + family.encode() + b'{a="2"} 1.7e308\n'
+    with pytest.raises(MetricsError) as caught:
         read_engines(page, 0.0)
+    assert str(caught.value) == f"{family} is inf, not a finite number"
 
 
 def test_a_progress_metric_the_dialect_already_watches_counts_once() -> None:

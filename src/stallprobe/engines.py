@@ -57,8 +57,8 @@ class Dialect:
         signals: Sequence[str] = (),
         engine_label: str | None = None,
         digits: int | None = None,
-        port: int = 8000,
-        hints: Sequence[str] = (),
+        port: int,
+        hints: Sequence[str],
     ) -> None:
         self.name = name
         self.running = running  # gauge: requests in the running batch; busy means > 0
@@ -69,7 +69,7 @@ class Dialect:
         self.engine_label = engine_label  # the label naming an engine (data-parallel rank), if any
         self.digits = digits  # significant digits the engine prints numbers with (None: full precision)
         self.port = port  # the port its server listens on when its command line does not say
-        self.hints = tuple(hints) or (name,)  # words in an image or command line that name the engine
+        self.hints = tuple(hints)  # words in an image or command line that name the engine
 
     def with_names(
         self,
@@ -120,6 +120,7 @@ VLLM = Dialect(
     signals=("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
     engine_label="engine",
     port=8000,
+    hints=("vllm",),
 )
 
 # SGLang (python/sglang/srt/metrics/collector.py, with --enable-metrics) is always multiprocess: the
@@ -135,6 +136,7 @@ SGLANG = Dialect(
     signals=("sglang:num_used_tokens", "sglang:token_usage"),
     engine_label="dp_rank",
     port=30000,
+    hints=("sglang",),
 )
 
 # llama.cpp's server (tools/server, with --metrics) counts tokens_predicted_total only when a request
