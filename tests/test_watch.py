@@ -32,15 +32,20 @@ from typing import IO
 import pytest
 
 from conftest import RawServer, vllm_page
-from stallprobe.cli import ExitCode
-from stallprobe.watch import DEFAULT_COOLDOWN, Row, WatchConfig, endpoint_name, help_text, main, once_code, table
+from stallprobe.cli import main as cli_main
+from stallprobe.detector import DEFAULT_WINDOW
+from stallprobe.errors import ExitCode
+from stallprobe.options import DEFAULT_COOLDOWN
+from stallprobe.watch.command import configure, help_text
+from stallprobe.watch.poll import Row, Watch, WatchConfig
+from stallprobe.watch.view import endpoint_name, once_code, table
 
 Behave = Callable[[socket.socket, threading.Event], None]
 StartRaw = Callable[[Behave], RawServer]
 WAIT = 60.0  # the bound on any wait for an eventual state: far above what a loaded 2-core machine needs
 
 # running, waiting, generation tokens added per scrape
-MODES = {"idle": (0, 0, 0), "saturated": (12, 99, 7), "wedged": (21, 0, 0), "moving": (4, 0, 5)}
+MODES = {"idle": (0, 0, 0), "saturated": (12, 99, 7), "wedged": (21, 0, 0), "moving": (4, 0, 5), "queued": (0, 3, 0)}
 
 
 class SimEngine:
@@ -86,6 +91,18 @@ class SimEngine:
                     f'vllm:prompt_tokens_total{{engine="{e}",model_name="m"}} 70\n'
                     f'vllm:generation_tokens_total{{engine="{e}",model_name="m"}} {g}\n'
                     for e, r, g in rows
+                ).encode()
+            if mode == "fork":
+                # A fork that renamed every family and labels its engines by "rank". No token counter
+                # moves; rank 0's step counter does.
+                ranks = (("0", self.scrapes), ("1", 9))
+                return "".join(
+                    f'fork:busy{{rank="{r}"}} 2\n'
+                    f'fork:queue{{rank="{r}"}} 0\n'
+                    f'fork:prefilled_total{{rank="{r}"}} 70\n'
+                    f'fork:decoded_total{{rank="{r}"}} 500\n'
+                    f'fork:steps_total{{rank="{r}"}} {steps}\n'
+                    for r, steps in ranks
                 ).encode()
             running, waiting, step = MODES[mode]
             self.generation += step
@@ -690,6 +707,73 @@ def test_terminal_table_fits_the_terminal() -> None:
     assert lines[2].split()[:3] == ["10.0.0.0:8000", "-", "idle"]
 
 
+# --- the probe's engine and metric flags
+
+
+FORK = ["--engine", "vllm", "--running-metric", "fork:busy", "--waiting-metric", "fork:queue"]
+FORK += ["--prompt-metric", "fork:prefilled_total", "--generation-metric", "fork:decoded_total"]
+# (mode, flags, the second poll's rows as (engine, verdict))
+ENGINE_FLAGS: list[tuple[str, list[str], list[tuple[str | None, str]]]] = [
+    ("fork", [], [(None, "error")]),
+    ("fork", FORK, [(None, "stalled")]),
+    ("fork", [*FORK, "--engine-label", "rank"], [("0", "stalled"), ("1", "stalled")]),
+    (
+        "fork",
+        [*FORK, "--engine-label", "rank", "--progress-metric", "fork:steps_total"],
+        [("0", "progressing"), ("1", "stalled")],
+    ),
+    ("dp", ["--engine-label", "none"], [(None, "progressing")]),
+    ("queued", [], [(None, "idle")]),
+    ("queued", ["--include-waiting"], [(None, "stalled")]),
+    ("saturated", [], [(None, "saturated")]),
+    ("saturated", ["--saturation", "100"], [(None, "progressing")]),
+    ("wedged", ["--engine", "sglang"], [(None, "error")]),
+]
+
+
+@pytest.mark.parametrize(
+    ("mode", "flags", "expected"), ENGINE_FLAGS, ids=[f"{m} {' '.join(f)}" for m, f, _ in ENGINE_FLAGS]
+)
+def test_watch_reads_a_page_as_the_probe_flags_say(
+    pool: Callable[[str], SimEngine], mode: str, flags: list[str], expected: list[tuple[str | None, str]]
+) -> None:
+    engine = pool(mode)
+    config = configure([engine.url, "--window", "0.000001", *flags], clean_env())
+    assert isinstance(config, WatchConfig)
+    watch = Watch(config, clean_env())
+    watch.poll()
+    rows = watch.poll()
+    assert [(row.engine, row.verdict) for row in rows] == expected, [row.message for row in rows]
+
+
+def test_a_renamed_engine_through_the_real_command(pool: Callable[[str], SimEngine]) -> None:
+    fork = pool("fork")
+    flags = [*FORK, "--engine-label", "rank", "--progress-metric", "fork:steps_total"]
+    result = run_once("--json", "--interval", "0.2", "--window", "0.1", *flags, fork.url)
+    assert (result.returncode, result.stderr) == (ExitCode.STALLED, "")
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [(row["engine"], row["verdict"], row["dialect"]) for row in rows] == [
+        ("0", "progressing", "vllm"),
+        ("1", "stalled", "vllm"),
+    ]
+    assert str(rows[1]["message"]).startswith("stalled: 2 running, 0 waiting; no token progress for ")
+
+
+def test_watch_reads_no_environment_variables() -> None:
+    """A hook inherits STALLPROBE_URL (and maybe more): a watch it starts must not be reconfigured by it."""
+    env = {**clean_env(), "STALLPROBE_WINDOW": "0", "STALLPROBE_JSON": "1", "STALLPROBE_ENGINE": "tgi"}
+    env.update(STALLPROBE_URL="ftp://elsewhere/metrics", STALLPROBE_RUNNING_METRIC="x:y")
+    config = configure(["http://h/metrics"], env)
+    assert isinstance(config, WatchConfig)
+    assert (config.urls, config.window, config.json, config.engine, config.names) == (
+        ("http://h/metrics",),
+        DEFAULT_WINDOW,
+        False,
+        "auto",
+        {},
+    )
+
+
 # --- flags
 
 
@@ -727,8 +811,8 @@ USAGE: list[tuple[list[str], str]] = [
         ["http://h/metrics", "--on-saturated", "no-such-pager-x7 --now"],
         "--on-saturated: no executable 'no-such-pager-x7' on PATH (got 'no-such-pager-x7 --now')",
     ),
-    (["http://h/metrics", "--bogus"], "unrecognized arguments: --bogus"),
-    (["http://h/metrics", "--interval"], "argument --interval: expected one argument"),
+    (["http://h/metrics", "--bogus"], "unknown option '--bogus'"),
+    (["http://h/metrics", "--interval"], "--interval needs a value"),
 ]
 
 
@@ -736,7 +820,7 @@ USAGE: list[tuple[list[str], str]] = [
 def test_usage_errors_name_the_flag_and_value(
     capsys: pytest.CaptureFixture[str], argv: list[str], message: str
 ) -> None:
-    assert main(argv, clean_env()) == ExitCode.USAGE
+    assert cli_main(["watch", *argv], clean_env()) == ExitCode.USAGE
     out = capsys.readouterr().out
     assert out.startswith("error: " + message)
     assert out.count("\n") == 1

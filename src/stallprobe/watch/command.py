@@ -1,0 +1,189 @@
+"""`stallprobe watch ...`: its flags, its --help, and its main loop.
+
+The flags are the option table's WATCH selection (options.py), read by the one parser every command
+uses. Unlike the probe, watch reads no environment variables: a hook it starts inherits its environment
+with STALLPROBE_URL set, and a watch that hook starts must not be reconfigured by it. A bad flag or URL
+raises UsageError; cli.main() prints it (as JSON with --json) and exits 2.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+
+from ..errors import ExitCode, UsageError
+from ..options import WATCH, dialect_names, help_lines, parse, url
+from .hooks import HOOK_FLAGS
+from .poll import Watch, WatchConfig
+from .view import Output, once_code
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from types import FrameType
+
+__all__ = ["configure", "help_text", "main"]
+
+USAGE = "usage: stallprobe watch URL [URL ...] [--interval S] [--window S] [--once] [--json] [options]"
+
+_DRAIN = (
+    "Drain the load balancer before restarting one member of a pool: otherwise the gateway retries the\n"
+    "restarted member's queue on the survivors, and the survivor absorbs the whole retried backlog."
+)
+
+DESCRIPTION = f"""\
+Poll every engine of a pool and show, per engine, whether it is idle, moving, saturated or stuck:
+running and waiting requests, prompt and generation tokens per second since the last poll, the
+detector's verdict, and how long that verdict has held. On a terminal one table is redrawn in place
+(the last row sums the pool); piped, or with --json, one line per engine per poll. Each page is read
+as the probe reads it: --engine, --saturation, --include-waiting and the --*-metric flags are the
+probe's.
+
+Verdicts: baseline, idle, progressing, saturated, suspect, stalled (the probe's), unreachable (the
+scrape failed) and error (not a metrics page).
+
+Watchdog: --on-stalled runs a command (split like a shell would, but run without one: write
+`sh -c '...'` for a shell) once per stall episode of an engine, never for a saturated or suspect one, at
+most once per --cooldown per endpoint, with STALLPROBE_URL, STALLPROBE_ENGINE (empty when the page has
+one engine), STALLPROBE_VERDICT and STALLPROBE_MESSAGE in its environment. It runs in the background,
+its output discarded but for the last line of a failure, and is killed after --hook-timeout.
+{_DRAIN}"""
+
+# What each exit code means for watch (errors.EXIT_MEANINGS says what it means for the probe).
+EXIT_MEANINGS = {
+    ExitCode.OK: "interrupted with Ctrl-C (or SIGTERM); with --once, every endpoint alive",
+    ExitCode.STALLED: "--once: an engine is stalled (the stall clock can only run one interval, so only when\n"
+    "--window <= --interval; the probe with its state file is the tool for cron)",
+    ExitCode.USAGE: "usage error: a flag or URL is invalid",
+    ExitCode.SCRAPE: "--once: an endpoint could not be scraped (and none stalled)",
+    ExitCode.METRICS: "--once: an endpoint is not a metrics page (and none stalled)",
+    ExitCode.INTERRUPTED: "--once interrupted before its second poll",
+}
+
+
+def help_text() -> str:
+    exits = [f"  {code:<4} {meaning}".replace("\n", "\n       ") for code, meaning in EXIT_MEANINGS.items()]
+    lines = [
+        USAGE,
+        "",
+        DESCRIPTION,
+        "",
+        "arguments:",
+        f"  {'URL [URL ...]':27} an engine's Prometheus page (plain http://), one or more",
+        "",
+        "options (watch reads no environment variables):",
+        *help_lines(WATCH, environment=False),
+        f"  {'--version':27} print the version and exit",
+        "",
+        "exit codes:",
+        *exits,
+    ]
+    return "\n".join(lines)
+
+
+def configure(argv: Sequence[str], environ: Mapping[str, str]) -> WatchConfig | str:
+    """Every flag and URL, validated in one place: a WatchConfig, or "help"/"version".
+
+    `environ` is the environment the hooks will get; no flag is read from it.
+    """
+    values = parse(argv, WATCH, positional="URL")
+    if isinstance(values, str):
+        return values
+    urls = values.positional
+    if not urls:
+        raise UsageError("at least one URL is required")
+    for text in urls:
+        url("URL", text)
+        if urls.count(text) > 1:
+            raise UsageError(f"URL {text!r} given {urls.count(text)} times")
+    hooks = {}
+    for kind, flag in HOOK_FLAGS.items():
+        words = values.words(flag[2:].replace("-", "_"))
+        # Checked now, with the PATH the hook will get: a typo found during an incident is found too late.
+        if words and shutil.which(words[0], path=environ.get("PATH", os.defpath)) is None:
+            import shlex
+
+            raise UsageError(f"{flag}: no executable {words[0]!r} on PATH (got {shlex.join(words)!r})")
+        hooks[kind] = words
+    return WatchConfig(
+        urls,
+        interval=values.number("interval"),
+        window=values.number("window"),
+        timeout=values.number("timeout"),
+        engine=values.text("engine") or "auto",
+        include_waiting=values.flag("include_waiting"),
+        saturation=values.number("saturation"),
+        progress=values.words("progress_metric"),
+        names=dialect_names(values),
+        once=values.flag("once"),
+        json=values.flag("json"),
+        hooks=hooks,
+        cooldown=values.number("cooldown"),
+        hook_timeout=values.number("hook_timeout"),
+    )
+
+
+def _run(watch: Watch, output: Output) -> int:
+    interval = watch.config.interval
+    if watch.config.once:
+        started = time.monotonic()
+        watch.poll()
+        time.sleep(max(0.0, started + interval - time.monotonic()))
+        rows = watch.poll()
+        output.show(rows)
+        watch.runner.wait()
+        return once_code(rows)
+    next_at = time.monotonic()
+    while True:
+        output.show(watch.poll())
+        next_at += interval
+        delay = next_at - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        else:
+            next_at = time.monotonic()  # a round overran: poll now, and do not try to catch up
+
+
+def _stop(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: Sequence[str], environ: Mapping[str, str]) -> int:
+    """`stallprobe watch ...`: the exit code. Runs until Ctrl-C or SIGTERM (exit 0) unless --once.
+
+    UsageError for a bad flag or URL (cli.main() prints it).
+    """
+    config = configure(argv, environ)
+    if config == "help":
+        print(help_text())
+        return ExitCode.OK
+    if config == "version":
+        from .. import __version__
+
+        print(f"stallprobe {__version__}")
+        return ExitCode.OK
+    assert isinstance(config, WatchConfig)
+    watch = Watch(config, environ)
+    output = Output(config, sys.stdout)
+    # SIGTERM (systemd stopping the watchdog) ends it as cleanly as Ctrl-C does.
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _stop) if main_thread else None
+    try:
+        return _run(watch, output)
+    except KeyboardInterrupt:
+        return ExitCode.INTERRUPTED if config.once else ExitCode.OK
+    except BrokenPipeError:
+        # The reader went away (`| head`): nothing more to say, and nothing to flush at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return ExitCode.OK
+    finally:
+        try:
+            output.close()
+        except OSError:
+            pass
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,169 @@
+"""What a person (or a program) sees of the rows: a table redrawn in place on a terminal, one line per
+engine per poll when piped, one JSON object per engine per poll with --json; and --once's exit code."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+
+from ..errors import ExitCode
+from ..report import WORST_LAST, duration, num
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import TextIO
+
+    from .poll import Row, WatchConfig
+
+__all__ = ["Output", "endpoint_name", "line", "once_code", "row_json", "table"]
+
+# The verdict comes right after the endpoint, so that a narrow terminal cuts the numbers, never the verdict.
+_HEADINGS = ("ENDPOINT", "ENGINE", "VERDICT", "HELD", "RUNNING", "WAITING", "PROMPT/S", "GEN/S", "NOTE")
+_RIGHT = frozenset((3, 4, 5, 6, 7))
+
+
+def _rate(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.0f}" if abs(value) >= 10 else f"{value:.1f}"
+
+
+def _count(value: float | None) -> str:
+    return "-" if value is None else num(value)
+
+
+def _sum(values: Sequence[float | None]) -> float | None:
+    known = [value for value in values if value is not None]
+    return sum(known) if known else None
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+def endpoint_name(url: str) -> str:
+    """The URL as the table shows it: without `http://`, and without the path when it is `/metrics`."""
+    rest = url[len("http://") :] if url.lower().startswith("http://") else url
+    return rest[: -len("/metrics")] if rest.endswith("/metrics") and rest.count("/") == 1 else rest
+
+
+def table(rows: Sequence[Row], config: WatchConfig, width: int = 0, height: int = 0) -> list[str]:
+    """The terminal view: a title, one row per engine and the pool's totals, cut to width x height if given
+    (the size of the terminal it is redrawn on)."""
+    cells = [
+        [
+            endpoint_name(row.url),
+            row.engine if row.engine is not None else "-",
+            row.verdict,
+            duration(row.held_for),
+            _count(row.running),
+            _count(row.waiting),
+            _rate(row.prompt_rate),
+            _rate(row.generation_rate),
+            "; ".join(part for part in (row.note, row.hook) if part),
+        ]
+        for row in rows
+    ]
+    counts = {verdict: sum(row.verdict == verdict for row in rows) for verdict in WORST_LAST}
+    cells.append(
+        [
+            "total",
+            "",
+            max((row.verdict for row in rows), key=WORST_LAST.index),
+            "",
+            _count(_sum([row.running for row in rows])),
+            _count(_sum([row.waiting for row in rows])),
+            _rate(_sum([row.prompt_rate for row in rows])),
+            _rate(_sum([row.generation_rate for row in rows])),
+            ", ".join(f"{counts[v]} {v}" for v in reversed(WORST_LAST) if counts[v]),
+        ]
+    )
+    widths = [max(len(cell[i]) for cell in [list(_HEADINGS), *cells]) for i in range(len(_HEADINGS))]
+
+    def aligned(values: Sequence[str]) -> str:
+        parts = [v.rjust(w) if i in _RIGHT else v.ljust(w) for i, (v, w) in enumerate(zip(values, widths))]
+        return "  ".join(parts).rstrip()
+
+    title = (
+        f"stallprobe watch  {len(config.urls)} endpoints  every {num(config.interval)} s  "
+        f"window {num(config.window)} s  {time.strftime('%H:%M:%S')}"
+    ) + ("  Ctrl-C quits" if width else "")
+    body = [aligned(values) for values in cells]
+    room = height - 3  # the title, the headings, and the line the cursor rests on
+    if height and len(body) > room:
+        kept = max(0, room - 2)
+        body = [*body[:kept], f"... {len(body) - 1 - kept} more rows: enlarge the terminal", body[-1]]
+    lines = [title, aligned(_HEADINGS), *body]
+    # One column short of the width: a full line leaves some terminals in a pending wrap.
+    return [text[: max(1, width - 1)] for text in lines] if width else lines
+
+
+def line(row: Row) -> str:
+    """A row as one line, for a pipe: the URL (and the engine), the probe's line, how long it has held,
+    and what a hook did."""
+    who = row.url if row.engine is None else f"{row.url} engine {row.engine}"
+    text = f"{who}: {row.message}; held {duration(row.held_for)}"
+    return f"{text}; {row.hook}" if row.hook else text
+
+
+def row_json(row: Row) -> dict[str, object]:
+    """A row as --json writes it (the README lists the fields)."""
+    return {
+        "time": round(row.time, 3),
+        "url": row.url,
+        "engine": row.engine,
+        "dialect": row.dialect,
+        "verdict": row.verdict,
+        "running": row.running,
+        "waiting": row.waiting,
+        "prompt_tokens_per_s": _round(row.prompt_rate),
+        "generation_tokens_per_s": _round(row.generation_rate),
+        "held_for": round(row.held_for, 3),
+        "stalled_for": round(row.stalled_for, 3),
+        "exit_code": row.code,
+        "message": row.message,
+        "error": row.error,
+        "hook": row.hook or None,
+    }
+
+
+class Output:
+    """Where the rows go: a table redrawn in place on a terminal, else one line (or object) per row."""
+
+    def __init__(self, config: WatchConfig, stream: TextIO) -> None:
+        self.config = config
+        self.stream = stream
+        self.terminal = not config.json and stream.isatty()
+        self.live = self.terminal and not config.once  # redraw in place
+        self.drawn = False
+
+    def show(self, rows: Sequence[Row]) -> None:
+        if self.terminal:
+            size = shutil.get_terminal_size()
+            # Cut to the terminal only when redrawing: a line that wraps would break the redraw.
+            lines = table(rows, self.config, size.columns, size.lines) if self.live else table(rows, self.config)
+            if self.live:
+                # Home, each line then erase its rest, erase below: no flicker, no curses.
+                start = "\x1b[?25l\x1b[H\x1b[2J" if not self.drawn else "\x1b[H"
+                self.stream.write(start + "".join(f"{text}\x1b[K\n" for text in lines) + "\x1b[J")
+            else:
+                self.stream.write("".join(f"{text}\n" for text in lines))
+        elif self.config.json:
+            self.stream.write("".join(json.dumps(row_json(row)) + "\n" for row in rows))
+        else:
+            self.stream.write("".join(line(row) + "\n" for row in rows))
+        self.stream.flush()
+        self.drawn = True
+
+    def close(self) -> None:
+        if self.live and self.drawn:
+            self.stream.write("\x1b[?25h")  # the cursor back
+            self.stream.flush()
+
+
+def once_code(rows: Sequence[Row]) -> int:
+    """1 when an engine is stalled, else the highest of the rows' codes (3 unreachable, 4 not a page)."""
+    codes = {row.code for row in rows}
+    return int(ExitCode.STALLED) if ExitCode.STALLED in codes else max(codes, default=0)
