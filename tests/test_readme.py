@@ -15,7 +15,7 @@ from pytest_httpserver import HTTPServer
 
 from conftest import REPO, rewind, vllm_page
 from stallprobe.errors import EXIT_MEANINGS
-from stallprobe.options import PROBE
+from stallprobe.options import PROBE, WATCH
 from stallprobe.pyz import build
 
 README = (REPO / "README.md").read_text(encoding="utf-8")
@@ -109,6 +109,13 @@ def test_flag_table_lists_every_flag_and_variable() -> None:
         assert row in README, row
         if not default.startswith("$"):
             assert f"| `{default}` |" in README or f"| {default} |" in README, default
+
+
+def test_watch_flag_table_lists_every_watch_flag() -> None:
+    table = README[README.index("## Watching a pool") : README.index("## Flags")]
+    for option in WATCH:
+        flag = f"{option.flag} {option.metavar}".strip()
+        assert f"| `{flag}` | {option.shown} |" in table or f"| `{flag}` | `{option.shown}` |" in table, flag
 
 
 def test_ci_runs_the_readme_test_command() -> None:
