@@ -27,15 +27,20 @@ from stallprobe.engines import DIALECTS, VLLM, detect, read_engines, read_sample
 from stallprobe.exposition import Series, find_series, sum_families
 from stallprobe.statefile import FORMAT, load, save
 
+# scripts/fuzz sets this (without atheris) to run many more examples, and fresh ones on every run.
+FUZZ_EXAMPLES = int(os.environ.get("STALLPROBE_FUZZ_EXAMPLES") or 0)
+
 
 def _settings(examples: int) -> settings:
     # Derandomized and without a database: every run tries the same examples, so the file never flakes.
     # Building a registry and its page takes a few ms, hence no deadline and no too_slow health check.
+    # When fuzzing, random examples; a failure prints the blob that replays it (@reproduce_failure).
     return settings(
-        derandomize=True,
+        derandomize=not FUZZ_EXAMPLES,
         database=None,
         deadline=None,
-        max_examples=examples,
+        max_examples=max(examples, FUZZ_EXAMPLES),
+        print_blob=bool(FUZZ_EXAMPLES),
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     )
 
