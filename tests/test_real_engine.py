@@ -9,13 +9,10 @@ in-flight request is still counted, and every token counter stands still until t
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-from realengine import LlamaCppServer, http_get, thaw, thread_state
+from realengine import LlamaCppServer, Probe, http_get, read_families, thaw, thread_state
 
 COUNTERS = ("llamacpp:n_decode_total", "llamacpp:tokens_predicted_total", "llamacpp:prompt_tokens_total")
 PROCESSING = "llamacpp:requests_processing"
@@ -23,15 +20,9 @@ DECODE = "llamacpp:n_decode_total"
 
 
 def scrape(url: str) -> dict[str, float]:
-    """The page's llamacpp: samples (llama.cpp writes them without labels), by name."""
-    status, body = http_get(url, timeout=5)
-    assert status == 200, body
-    samples: dict[str, float] = {}
-    for line in body.splitlines():
-        if line.startswith("llamacpp:"):
-            name, value = line.split()
-            samples[name] = float(value)
-    assert set(COUNTERS) <= samples.keys(), body
+    """The page's counters and requests in flight (llama.cpp writes them without labels), by name."""
+    samples, lines = read_families(url, (*COUNTERS, PROCESSING))
+    assert set(COUNTERS) <= samples.keys(), lines
     return samples
 
 
@@ -67,7 +58,7 @@ def test_frozen_inference_thread_answers_with_flat_counters() -> None:
             for counter in COUNTERS:
                 assert end[counter] == start[counter], (counter, start, end)
             assert generation.tokens == tokens_at_start  # the stream has stalled too
-            assert not generation.done.is_set()
+            assert not generation.done
         finally:
             thaw(frozen)
 
@@ -78,55 +69,37 @@ def test_frozen_inference_thread_answers_with_flat_counters() -> None:
             time.sleep(0.2)
             resumed = scrape(engine.metrics_url)
         assert resumed[DECODE] > end[DECODE], (end, resumed, engine.log_tail())
-        assert generation.error is None, generation.error
+        assert generation.errors == []
 
 
-def probe(metrics_url: str, state: str, window: float) -> tuple[int, dict[str, object]]:
-    """The exact command a pod runs, with --json so the test can read the verdict and the stall clock."""
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "stallprobe",
-            "--url",
-            metrics_url,
-            "--state-file",
-            state,
-            "--window",
-            str(window),
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+def run(probe: Probe) -> tuple[int, dict[str, object]]:
+    """One run of the exact command a pod runs, with --json so the test can read the verdict and the stall clock."""
+    result = probe.run()
     assert result.stderr == ""
-    fields = json.loads(result.stdout)
-    assert isinstance(fields, dict)
-    return result.returncode, fields
+    assert result.fields, result.stdout
+    return result.code, result.fields
 
 
 def test_probe_keeps_a_generating_engine_alive_and_fails_a_wedged_one(tmp_path: Path) -> None:
     # Three seconds: a decode step takes ~15 ms here, so even a CPU-starved engine moves within it.
     window = 3.0
-    state = str(tmp_path / "probe.state")
     with LlamaCppServer() as engine:
+        probe = Probe(engine.metrics_url, tmp_path / "probe.state", window, timeout=30)
         generation = engine.generate()
         generation.wait_first_token()
 
         # A long generation, probed for more than twice the window: never stalled, always moving.
-        code, first = probe(engine.metrics_url, state, window)
+        code, first = run(probe)
         assert (code, first["verdict"], first["dialect"]) == (0, "baseline", "llamacpp")
         until = time.monotonic() + 2.5 * window
         seen = []
         while time.monotonic() < until:
             time.sleep(0.4)
-            code, fields = probe(engine.metrics_url, state, window)
+            code, fields = run(probe)
             seen.append(fields["verdict"])
             assert code == 0, fields
         assert set(seen) == {"progressing"}, seen
-        assert generation.error is None
+        assert generation.errors == []
 
         # Wedged: only the inference thread stops. /health still says ok; the probe fails after the window.
         frozen = engine.freeze_inference()
@@ -137,7 +110,7 @@ def test_probe_keeps_a_generating_engine_alive_and_fails_a_wedged_one(tmp_path: 
             while True:
                 time.sleep(0.4)
                 assert http_get(engine.health_url, timeout=5) == (200, '{"status":"ok"}')
-                code, fields = probe(engine.metrics_url, state, window)
+                code, fields = run(probe)
                 verdicts.append(fields["verdict"])
                 if code == 1 or time.monotonic() > deadline:
                     break
@@ -157,8 +130,8 @@ def test_probe_keeps_a_generating_engine_alive_and_fails_a_wedged_one(tmp_path: 
 
         # Resumed: the next run that sees a decode step says so, and exits 0.
         deadline = time.monotonic() + 20
-        code, fields = probe(engine.metrics_url, state, window)
+        code, fields = run(probe)
         while fields["verdict"] != "progressing" and time.monotonic() < deadline:
             time.sleep(0.3)
-            code, fields = probe(engine.metrics_url, state, window)
+            code, fields = run(probe)
         assert (code, fields["verdict"]) == (0, "progressing"), engine.log_tail()

