@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import socket
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from stallprobe import Sample, State
+from stallprobe.engines import VLLM, Dialect, read_engines
+from stallprobe.exposition import find_series, is_declared
 from stallprobe.statefile import load, read_boot_id, save
 
 REPO = Path(__file__).resolve().parents[1]
@@ -156,3 +158,18 @@ def rewind(path: str | Path, seconds: float) -> None:
         earlier = Sample(last.running, last.generation, last.prompt, t, last.waiting, signals=last.signals)
         moved[name] = State(earlier, None if state.stall_since is None else state.stall_since - seconds)
     save(str(path), moved, boot_id)
+
+
+def sum_families(page: bytes, names: Iterable[str]) -> dict[str, float | None]:
+    """Each family summed across its label sets: 0 when it is declared with no samples, None when the page
+    does not have it at all (what the probe's reader gives, for tests that state totals)."""
+    sums: dict[str, float | None] = {}
+    for name in names:
+        series = find_series(page, name)
+        sums[name] = sum(value for _, value in series) if series else (0.0 if is_declared(page, name) else None)
+    return sums
+
+
+def read_sample(page: bytes, t: float, dialect: Dialect = VLLM) -> Sample:
+    """The whole page as one sample, every engine summed."""
+    return read_engines(page, t, dialect.with_names(engine_label=""))[""]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
-from conftest import FIXTURES, fixture_page, vllm_page
+from conftest import FIXTURES, fixture_page, read_sample, vllm_page
 from stallprobe import MetricsError, Sample
 from stallprobe.engines import (
     DIALECTS,
@@ -18,7 +18,6 @@ from stallprobe.engines import (
     detect,
     precision_note,
     read_engines,
-    read_sample,
 )
 
 RUN, WAIT, PROMPT, GEN = VLLM.running, VLLM.waiting, VLLM.prompt, VLLM.generation

@@ -7,9 +7,9 @@ import math
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from conftest import vllm_page
+from conftest import sum_families, vllm_page
 from stallprobe import MetricsError
-from stallprobe.exposition import find_series, has_samples, is_declared, sum_families
+from stallprobe.exposition import find_series, has_samples, is_declared
 
 RUN = "vllm:num_requests_running"
 PROMPT = "vllm:prompt_tokens_total"

@@ -4,7 +4,7 @@ Pages come from prometheus_client itself, written from generated registries, so 
 against the writer it is for: each wanted name must give exactly the samples and the sum the registry
 holds. The writer prints every float with repr (floatToGoString), which reads back bit for bit, so values
 are compared exactly; sums are added in page order by the same operation the reader uses (the builtin
-sum() in sum_families, which is compensated from Python 3.12 on; a left fold from 0.0 in read_engines).
+sum() in conftest.sum_families, which is compensated from Python 3.12 on; a left fold from 0.0 in read_engines).
 
 Garbage, truncated and mutated pages may raise MetricsError and nothing else; any bytes in a state file
 give a state or a reason, never an exception; a saved state reads back exactly.
@@ -21,10 +21,10 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Summary, generate_latest
 
-from conftest import FIXTURES
+from conftest import FIXTURES, read_sample, sum_families
 from stallprobe import MetricsError, Sample, State
-from stallprobe.engines import DIALECTS, VLLM, detect, read_engines, read_sample
-from stallprobe.exposition import Series, find_series, sum_families
+from stallprobe.engines import DIALECTS, VLLM, detect, read_engines
+from stallprobe.exposition import Series, find_series
 from stallprobe.statefile import FORMAT, load, save
 
 # scripts/fuzz sets this (without atheris) to run many more examples, and fresh ones on every run.

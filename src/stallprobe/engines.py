@@ -26,7 +26,6 @@ __all__ = [
     "detect",
     "precision_note",
     "read_engines",
-    "read_sample",
 ]
 
 
@@ -268,12 +267,6 @@ def read_engines(page: bytes, t: float, dialect: Dialect = VLLM, extra: Sequence
         )
         for engine in engines
     }
-
-
-def read_sample(page: bytes, t: float, dialect: Dialect = VLLM) -> Sample:
-    """The whole page as one sample (every engine summed): for callers that judge a single engine."""
-    engines = read_engines(page, t, dialect.with_names(engine_label=""))
-    return engines[""]
 
 
 def precision_note(dialect: Dialect, sample: Sample) -> str:

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     import re
     from collections.abc import Iterable
 
-__all__ = ["MAX_LINE", "Series", "find_series", "has_samples", "is_declared", "sum_families"]
+__all__ = ["MAX_LINE", "Series", "find_series", "has_samples", "is_declared"]
 
 # A label set and the sample value: one line of a family.
 Series = tuple[dict[str, str], float]
@@ -177,19 +177,3 @@ def is_declared(page: bytes, name: str) -> bool:
     if raw.endswith(b"_total"):
         return _declared_type(page, raw[: -len(b"_total")]) == b"counter"
     return False
-
-
-def sum_families(page: bytes, names: Iterable[str]) -> dict[str, float | None]:
-    """Sum each wanted family across its label sets (several models or engines).
-
-    A family with no samples counts as 0 when it is declared, and is None when the page does not have
-    it at all. Raises MetricsError on a malformed line of a wanted family.
-    """
-    sums: dict[str, float | None] = {}
-    for name in names:
-        series = find_series(page, name)
-        if series:
-            sums[name] = sum(value for _, value in series)
-        else:
-            sums[name] = 0.0 if is_declared(page, name) else None
-    return sums
