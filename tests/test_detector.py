@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,9 +21,10 @@ from stallprobe import (
     step,
 )
 
-B, IDL, P, SAT, SUS, ST = (
+B, IDL, PA, P, SAT, SUS, ST = (
     Verdict.BASELINE,
     Verdict.IDLE,
+    Verdict.PAUSED,
     Verdict.PROGRESSING,
     Verdict.SATURATED,
     Verdict.SUSPECT,
@@ -40,6 +42,21 @@ def step_engines(
 
 def S(running: float, gen: float, prompt: float, t: float, waiting: float = 0.0, **signals: float) -> Sample:
     return Sample(running, gen, prompt, t, waiting, signals=signals)
+
+
+def Z(running: float, gen: float, prompt: float, t: float, why: str = "a weight update in flight") -> Sample:
+    """A sample of an engine its operator has paused."""
+    return Sample(running, gen, prompt, t, paused=why)
+
+
+def C(gen: float, prompt: float, t: float, pending: float = 1) -> Sample:
+    """An engine that looks idle, with requests known to be in flight outside its gauges (a canary)."""
+    return Sample(0, gen, prompt, t, pending=pending)
+
+
+def Q(t: float) -> Sample:
+    """The page gave no answer in time."""
+    return Sample(0, 0, 0, t, answered=False)
 
 
 # (name, window, samples, expected verdicts)
@@ -212,6 +229,93 @@ SCENARIOS: list[tuple[str, float, list[Sample], list[Verdict]]] = [
         [S(1, 0, 0, 0), S(1, 0, 0, 1), S(1, 0, 0, 2)],
         [B, SUS, ST],
     ),
+    # --- paused by its operator (a weight update, sleep mode): never stalled; the clock starts afresh
+    (
+        "a_pause_held_past_the_window_is_never_stalled",
+        4,
+        [S(4, 10, 10, 0), S(4, 20, 10, 1), Z(4, 20, 10, 2), Z(4, 20, 10, 10), Z(4, 20, 10, 100), S(4, 30, 10, 101)],
+        [B, P, PA, PA, PA, P],
+    ),
+    (
+        "frozen_after_a_resume_is_judged_from_the_resume",
+        4,
+        [S(4, 10, 10, 0), Z(4, 10, 10, 1), Z(4, 10, 10, 50), S(4, 10, 10, 51), S(4, 10, 10, 54), S(4, 10, 10, 55)],
+        [B, PA, PA, SUS, SUS, ST],
+    ),
+    (
+        "a_pause_stops_a_running_stall_clock",
+        4,
+        [S(4, 1, 1, 0), S(4, 1, 1, 3), Z(4, 1, 1, 4), Z(4, 1, 1, 30), S(4, 1, 1, 31), S(4, 1, 1, 34)],
+        [B, SUS, PA, PA, SUS, SUS],
+    ),
+    (
+        "paused_from_the_first_sample",
+        4,
+        [Z(4, 1, 1, 0), Z(4, 1, 1, 100), S(4, 1, 1, 101), S(4, 1, 1, 105)],
+        [PA, PA, SUS, ST],
+    ),
+    (
+        "a_paused_idle_engine_is_paused",
+        4,
+        [S(0, 1, 1, 0), Z(0, 1, 1, 5, "asleep"), Z(0, 1, 1, 500, "asleep"), S(0, 1, 1, 501)],
+        [B, PA, PA, IDL],
+    ),
+    (
+        "a_restart_during_a_pause_is_a_baseline",
+        4,
+        [S(4, 9, 9, 0), Z(4, 9, 9, 1), Z(4, 0, 0, 2), Z(4, 0, 0, 3)],
+        [B, PA, B, PA],
+    ),
+    # --- requests owed outside the gauges (a canary that got no answer): work, like running ones
+    (
+        "an_unanswered_canary_is_owed_work",
+        10,
+        [S(0, 5, 5, 0), S(0, 5, 5, 10), C(5, 5, 20), C(5, 5, 25), C(5, 5, 30)],
+        [B, IDL, SUS, SUS, ST],
+    ),
+    (
+        "an_answered_canary_ends_the_clock",
+        10,
+        [S(0, 5, 5, 0), C(5, 5, 10), C(5, 5, 15), S(0, 6, 6, 20), S(0, 6, 6, 40)],
+        [B, SUS, SUS, IDL, IDL],
+    ),
+    (
+        "owed_work_with_moving_counters_is_progress",
+        10,
+        [S(0, 5, 5, 0), C(5, 5, 10), C(6, 5, 30), C(6, 5, 35)],
+        [B, SUS, P, SUS],
+    ),
+    # --- no answer in time: a slow answer is not a wedge; a page silent for the whole window is
+    (
+        "silence_runs_the_clock_from_the_last_answer",
+        10,
+        [S(4, 1, 1, 0), S(4, 2, 1, 5), Q(8), Q(12), Q(15)],
+        [B, P, SUS, SUS, ST],
+    ),
+    (
+        "an_answer_after_silence_is_judged_against_the_last_answer",
+        10,
+        [S(4, 1, 1, 0), Q(5), Q(9), S(4, 2, 1, 12), S(4, 2, 1, 14)],
+        [B, SUS, SUS, P, SUS],
+    ),
+    (
+        "frozen_after_silence_keeps_the_clock",
+        10,
+        [S(4, 1, 1, 0), Q(5), S(4, 1, 1, 9), S(4, 1, 1, 10)],
+        [B, SUS, SUS, ST],
+    ),
+    (
+        "an_idle_engine_silent_for_the_window_is_stalled",
+        10,
+        [S(0, 1, 1, 0), Q(4), Q(9.5), Q(10)],
+        [B, SUS, SUS, ST],
+    ),
+    (
+        "silence_with_no_history_then_answers",
+        10,
+        [Q(0), Q(5), Q(10), S(4, 1, 1, 11), S(4, 1, 1, 12)],
+        [SUS, SUS, ST, B, SUS],
+    ),
 ]
 
 
@@ -223,13 +327,17 @@ def test_scenario(window: float, samples: list[Sample], expected: list[Verdict])
 
 @pytest.mark.parametrize(("window", "samples"), [s[1:3] for s in SCENARIOS], ids=[s[0] for s in SCENARIOS])
 def test_assessment_fields_agree_with_the_verdict(window: float, samples: list[Sample]) -> None:
-    """Only a baseline gives a reason; only a running stall clock has a start and a duration."""
+    """Only a baseline or a pause gives a reason; only a running stall clock has a start and a duration;
+    a page that gave no answer leaves the last answer in the state."""
     state = None
     for sample in samples:
         result = assess(state, sample, window)
-        assert result.state.last == sample
+        assert result.state.last == (sample if sample.answered or state is None else state.last)
+        assert (result.state.paused_since is not None) == (result.verdict is PA)
         if result.verdict is B:
             assert result.reason in BASELINE_REASONS
+        elif result.verdict is PA:
+            assert result.reason == sample.paused != ""
         else:
             assert result.reason == ""
         if result.verdict in (SUS, ST):
@@ -241,7 +349,12 @@ def test_assessment_fields_agree_with_the_verdict(window: float, samples: list[S
         state = result.state
 
 
-BASELINE_REASONS = {"no history", "the clock went backwards", "a token counter went down (engine restarted)"}
+BASELINE_REASONS = {
+    "no history",
+    "no earlier answer",
+    "the clock went backwards",
+    "a token counter went down (engine restarted)",
+}
 
 
 def test_scenarios_are_unique_and_present() -> None:
@@ -311,6 +424,7 @@ def test_verdict_values_are_the_documented_strings() -> None:
     assert [v.value for v in Verdict] == [
         "baseline",
         "idle",
+        "paused",
         "progressing",
         "saturated",
         "suspect",
@@ -347,6 +461,9 @@ STATES = [
     State(S(1, 2, 3, 4, 5), stall_since=4),
     State(S(21, 9.5e6, 3.675428e06, 1234.5678, 99), stall_since=1000.25),
     State(S(0, 0, 0, 0)),
+    State(Z(4, 2, 3, 50, "asleep (sleep mode)"), paused_since=20),
+    State(C(2, 3, 60, pending=2), stall_since=55),
+    State(Q(70), stall_since=70),
 ]
 
 
@@ -356,7 +473,13 @@ def test_state_round_trips_through_a_json_able_dict(state: State) -> None:
 
     data = json.loads(json.dumps(state.to_dict()))
     assert State.from_dict(data) == state
-    assert set(data) == {"running", "generation", "prompt", "t", "waiting", "stall_since"}
+    fields = {"running", "generation", "prompt", "t", "waiting", "stall_since", "paused_since"}
+    last = state.last
+    assert set(data) == fields | {
+        key
+        for key, given in (("pending", last.pending), ("paused", last.paused), ("answered", not last.answered))
+        if given
+    }
 
 
 @pytest.mark.parametrize(
@@ -370,6 +493,10 @@ def test_state_round_trips_through_a_json_able_dict(state: State) -> None:
         (
             {"running": 1, "generation": 2, "prompt": 3, "t": 4, "waiting": 0, "stall_since": 5},
             "stall_since \\(5\\) is later than the last sample \\(4.0\\)",
+        ),
+        (
+            {"running": 1, "generation": 2, "prompt": 3, "t": 4, "waiting": 0, "paused_since": 3},
+            "paused_since must be given exactly when the last sample is paused",
         ),
     ],
 )
@@ -390,11 +517,69 @@ def test_state_from_a_bad_dict_says_what_is_wrong(data: dict[str, object], messa
         {"running": 1, "generation": 2, "prompt": 3, "t": 4, "waiting": 0, "stall_since": math.nan},
         {"running": 1, "generation": 2, "prompt": 3, "t": 4, "waiting": 0, "stall_since": 5},
         {"running": math.inf, "generation": 2, "prompt": 3, "t": 4, "waiting": 0},
+        {"running": 1, "generation": 2, "prompt": 3, "t": 4, "waiting": 0, "paused_since": 5},
+        {"running": 1, "generation": 2, "prompt": 3, "t": 4, "waiting": 0, "paused_since": 3},
+        {"running": 1, "generation": 2, "prompt": 3, "t": 4, "waiting": 0, "paused": "asleep"},
+        {"running": 1, "generation": 2, "prompt": 3, "t": 4, "waiting": 0, "paused_since": "x"},
+        {"running": 1, "generation": 2, "prompt": 3, "t": 4, "waiting": 0, "pending": "1"},
+        {"running": 1, "generation": 2, "prompt": 3, "t": 4, "waiting": 0, "pending": True},
+        {"running": 1, "generation": 2, "prompt": 3, "t": 4, "waiting": 0, "pending": math.inf},
+        {"running": 1, "generation": 2, "prompt": 3, "t": 4, "waiting": 0, "paused": 1},
+        {"running": 1, "generation": 2, "prompt": 3, "t": 4, "waiting": 0, "answered": 0},
     ],
 )
 def test_state_from_a_bad_dict_is_a_value_error(data: dict[str, object]) -> None:
     with pytest.raises(ValueError):  # noqa: PT011 - several messages, one contract: ValueError
         State.from_dict(data)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"pending": "1"}, "sample pending must be a number (got '1')"),
+        ({"paused": 1}, "sample paused must be a string (got 1)"),
+        ({"answered": 0}, "sample answered must be true or false (got 0)"),
+        ({"pending": math.inf}, "Sample.pending must be a finite number (got inf)"),
+    ],
+)
+def test_sample_from_a_bad_dict_says_what_is_wrong(data: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        Sample.from_dict({"running": 1, "generation": 2, "prompt": 3, "t": 4, "waiting": 0, **data})
+
+
+def test_a_pause_remembers_when_it_began_and_says_why() -> None:
+    first = assess(State(S(4, 1, 1, 0)), Z(4, 1, 1, 10, "asleep"))
+    assert (first.verdict, first.reason, first.state.paused_since) == (PA, "asleep", 10)
+    later = assess(first.state, Z(4, 1, 1, 70, "asleep"))
+    assert (later.verdict, later.state.paused_since, later.state.stall_since) == (PA, 10, None)
+    resumed = assess(later.state, S(4, 1, 1, 80))
+    assert (resumed.verdict, resumed.state.paused_since, resumed.state.stall_since) == (SUS, None, 80)
+
+
+def test_silence_keeps_a_running_clock_and_the_last_answer() -> None:
+    frozen = assess(State(S(4, 1, 1, 0)), S(4, 1, 1, 5), window=7)
+    assert (frozen.verdict, frozen.state.stall_since) == (SUS, 0)
+    silent = assess(frozen.state, Q(8), window=7)
+    assert (silent.verdict, silent.stalled_for, silent.state) == (ST, 8, State(S(4, 1, 1, 5), stall_since=0))
+    after = assess(State(Q(3), stall_since=3), S(4, 1, 1, 9))
+    assert (after.verdict, after.reason) == (B, "no earlier answer")
+
+
+def test_sample_and_state_reprs_show_what_is_set() -> None:
+    assert repr(C(2, 3, 4, pending=2)) == (
+        "Sample(running=0.0, generation=2.0, prompt=3.0, t=4.0, waiting=0.0, pending=2.0)"
+    )
+    assert repr(Z(1, 2, 3, 4, "asleep")) == (
+        "Sample(running=1.0, generation=2.0, prompt=3.0, t=4.0, waiting=0.0, paused='asleep')"
+    )
+    assert repr(Q(4)) == "Sample(running=0.0, generation=0.0, prompt=0.0, t=4.0, waiting=0.0, answered=False)"
+    assert (
+        repr(State(Z(1, 2, 3, 4), paused_since=2)) == f"State(last={Z(1, 2, 3, 4)!r}, stall_since=None, paused_since=2)"
+    )
+    assert Q(4) != S(0, 0, 0, 4)
+    assert C(1, 1, 1) != S(0, 1, 1, 1)
+    assert Z(1, 1, 1, 1) != S(1, 1, 1, 1)
+    assert len({Q(4), S(0, 0, 0, 4), C(0, 0, 4), Z(0, 0, 0, 4)}) == 4
 
 
 def test_state_equality_and_repr() -> None:

@@ -278,11 +278,11 @@ def test_state_from_another_boot_restarts_the_baseline(good_page: str, tmp_path:
 
 def test_state_written_by_a_newer_version_restarts_the_baseline(good_page: str, tmp_path: Path) -> None:
     state = tmp_path / "probe.state"
-    state.write_text("stallprobe-state 3\nboot_id x\nengines {}\n")
+    state.write_text("stallprobe-state 4\nboot_id x\nengines {}\n")
     result = run("--url", good_page, "--state-file", str(state))
     assert result.returncode == 0
-    assert result.stdout.startswith("baseline: 3 running, 0 waiting; state file has unknown version '3'")
-    assert state.read_text().startswith("stallprobe-state 2\n")
+    assert result.stdout.startswith("baseline: 3 running, 0 waiting; state file has unknown version '4'")
+    assert state.read_text().startswith("stallprobe-state 3\n")
 
 
 def test_fifo_planted_at_the_state_path_cannot_block_the_probe(good_page: str, tmp_path: Path) -> None:

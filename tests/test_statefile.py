@@ -44,6 +44,24 @@ def test_round_trip_without_a_stall_clock(tmp_path: Path) -> None:
     assert load(path, "") == ({"0": state}, "")
 
 
+def test_round_trip_of_a_pause_a_pending_request_an_unanswered_page_and_facts(tmp_path: Path) -> None:
+    path = str(tmp_path / "s.state")
+    states = {
+        "0": State(Sample(4, 5, 6, 30, paused="asleep (level 1): weights offloaded"), paused_since=12.5),
+        "1": State(Sample(0, 5, 6, 30, pending=1), stall_since=20),
+        "2": State(Sample(0, 0, 0, 30, answered=False), stall_since=30),
+    }
+    save(path, states, BOOT, {"canary_at": 29.75})
+    facts: dict[str, float] = {}
+    assert load(path, BOOT, facts) == (states, "")
+    assert facts == {"canary_at": 29.75}
+    text = Path(path).read_text()
+    assert "fact canary_at 29.75\n" in text
+    assert "paused asleep%20%28level%201%29:%20weights%20offloaded\n" in text
+    assert "answered 0\n" in text
+    assert load(path, BOOT) == (states, "")  # facts are only read when asked for
+
+
 def test_missing_file_is_a_first_run(tmp_path: Path) -> None:
     assert load(str(tmp_path / "absent"), BOOT) == (None, "")
 
@@ -64,6 +82,14 @@ CORRUPT: list[tuple[str, bytes, str]] = [
     ("bad_signal", HEAD + b"engine 0\nsignal x\n", "bad line"),
     ("bad_escape", HEAD + b"engine %zz\n", "bad line"),
     ("unknown_field", HEAD + b"engine 0\nsignals 1\nsignal a 2\n", "unknown field 'signals'"),
+    ("fact_after_engine", HEAD + b"engine 0\nfact canary_at 1\n", "unknown field 'fact'"),
+    ("bad_fact", HEAD + b"fact canary_at soon\nengine 0\n", "bad line"),
+    ("bad_answered", HEAD + b"engine 0\nanswered yes\n", "unknown field 'answered'"),
+    (
+        "pause_without_since",
+        HEAD + b"engine 0\nrunning 1\ngeneration 1\nprompt 1\nt 1\nwaiting 0\npaused x\n",
+        "invalid",
+    ),
     ("nan", HEAD + b"engine 0\nrunning nan\ngeneration 1\nprompt 1\nt 1\nwaiting 0\n", "invalid"),
     ("other_boot", FORMAT.encode() + b"\nboot_id another\nengine 0\n", "another boot"),
     ("huge", b"x" * 100_000, "too large"),

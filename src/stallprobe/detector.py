@@ -6,22 +6,32 @@ in, and nothing is mutated. The CLI keeps the state in a file between runs; test
 
 The rules, first match wins (each exists to avoid a false restart or a missed stall):
 
-1. baseline    - no history, the clock went backwards, or a counter went down (the engine restarted).
-                 Nothing can be compared, so the stall clock restarts.
-2. idle        - not busy: running == 0 (and, only with include_waiting, waiting == 0 too). Nothing is
-                 owed, so an idle engine is never stalled, however long.
-3. progressing - the prompt or the generation counter advanced, or one of the sample's extra signals
+0. unanswered  - the page gave no answer in time (the sample says so, and carries no numbers). A slow
+                 answer is not a wedge: a saturated engine's server can be slow. The stall clock runs
+                 from the last answer (or keeps running); suspect until it reaches the window, then
+                 stalled: a page that stays unanswered for the whole window is as dead as a frozen one.
+1. baseline    - no history, the clock went backwards, a counter went down (the engine restarted), or
+                 the only history is pages that never answered. Nothing can be compared, so the stall
+                 clock restarts.
+2. paused      - the engine's operator stopped it on purpose (a pause for a weight update, sleep mode):
+                 it owes nothing, so it is never stalled, however long; the stall clock stops, and
+                 starts afresh at the first sample after it resumes.
+3. idle        - not busy: nothing running, nothing pending (a request known to be in flight outside
+                 the engine's gauges: a canary that got no answer, HTTP requests the server counts), and,
+                 only with include_waiting, nothing waiting. Nothing is owed, so it is never stalled.
+4. progressing - the prompt or the generation counter advanced, or one of the sample's extra signals
                  changed. Prefill counts: a long prompt produces no output tokens for a long time and
                  is still work. A wedged engine publishes nothing new, so any change is life.
    saturated   - the same, with waiting >= the threshold: busy, not stuck. Page, never restart.
-4. suspect     - busy and neither counter advanced, for less than the window.
-5. stalled     - busy and neither counter advanced for at least the window. Queue depth never excuses
+5. suspect     - busy and neither counter advanced, for less than the window.
+6. stalled     - busy and neither counter advanced for at least the window. Queue depth never excuses
                  it: worker processes deadlocked in a collective, the commonest real wedge, strike under
                  load and leave a deep queue in front of a frozen engine.
 
-The stall clock starts at the previous sample's time when that sample was busy (the last moment the
-engine was seen moving or seen busy), otherwise at this sample's time, so an engine idle for an hour that
-takes a request and wedges is judged from when it was first seen busy, never from hour-old counters.
+The stall clock starts at the previous sample's time when that sample was busy and not paused (the last
+moment the engine was seen moving or seen busy), otherwise at this sample's time, so an engine idle for an
+hour that takes a request and wedges is judged from when it was first seen busy, never from hour-old
+counters.
 
 Several engines behind one page (data parallelism) are judged one by one, each with its own state, by
 assess_engines(); the page is as bad as its worst engine, so one wedged engine among moving ones is
@@ -80,13 +90,14 @@ class Verdict(metaclass=_Members):
 
     Used like an Enum (`Verdict.STALLED.value == "stalled"`, `Verdict("stalled") is Verdict.STALLED`,
     iteration), but not one: building Enum classes is the largest cost of a probe run's imports after
-    the interpreter's own. `severity` ranks them, 0 (idle) to 5 (stalled): the page speaks with its
+    the interpreter's own. `severity` ranks them, 0 (idle) to 6 (stalled): the page speaks with its
     worst engine's verdict.
     """
 
     __slots__ = ("name", "severity", "value")
 
     IDLE: ClassVar[Verdict]
+    PAUSED: ClassVar[Verdict]
     BASELINE: ClassVar[Verdict]
     PROGRESSING: ClassVar[Verdict]
     SATURATED: ClassVar[Verdict]
@@ -118,12 +129,13 @@ _VERDICTS: dict[str, Verdict] = {}
 # In the order they are documented (and iterate); the number is the severity, from the least to the most
 # severe: which engine speaks for the page is the one with the worst verdict.
 for _name, _severity in (
-    ("BASELINE", 1),
+    ("BASELINE", 2),
     ("IDLE", 0),
-    ("PROGRESSING", 2),
-    ("SATURATED", 3),
-    ("SUSPECT", 4),
-    ("STALLED", 5),
+    ("PAUSED", 1),
+    ("PROGRESSING", 3),
+    ("SATURATED", 4),
+    ("SUSPECT", 5),
+    ("STALLED", 6),
 ):
     # (Here, not in a method: mutmut cannot test code that runs only while the module is imported.)
     _member = object.__new__(Verdict)
@@ -140,7 +152,7 @@ class Sample:
     usage): a wedged engine publishes nothing new, so a change in any of them means its loop is alive.
     """
 
-    __slots__ = (*_FIELDS, "signals")
+    __slots__ = (*_FIELDS, "answered", "paused", "pending", "signals")
 
     running: float
     generation: float
@@ -148,6 +160,9 @@ class Sample:
     t: float
     waiting: float
     signals: dict[str, float]
+    pending: float
+    paused: str
+    answered: bool
 
     def __init__(
         self,
@@ -158,6 +173,9 @@ class Sample:
         waiting: float = 0.0,
         *,
         signals: Mapping[str, float] | None = None,
+        pending: float = 0.0,
+        paused: str = "",
+        answered: bool = True,
     ) -> None:
         values = (running, generation, prompt, t, waiting)
         for name, value in zip(_FIELDS, values):
@@ -170,26 +188,48 @@ class Sample:
             if not _finite(value):
                 raise ValueError(f"Sample signal {key!r} must be a finite number (got {value!r})")
             self.signals[key] = float(value)
+        if not _finite(pending):
+            raise ValueError(f"Sample.pending must be a finite number (got {pending!r})")
+        # Requests known to be in flight that the engine's gauges do not show (a canary that got no
+        # answer, HTTP requests the server counts): work owed, like running ones.
+        self.pending = float(pending)
+        # Why the engine's operator has stopped it ("" when not paused): never judged while paused.
+        self.paused = paused
+        # False: the page gave no answer in time; the numbers mean nothing.
+        self.answered = answered
+
+    def _key(self) -> tuple[object, ...]:
+        numbers = tuple(getattr(self, name) for name in _FIELDS)
+        return (*numbers, tuple(self.signals.items()), self.pending, self.paused, self.answered)
 
     def __repr__(self) -> str:
         inner = ", ".join(f"{name}={getattr(self, name)!r}" for name in _FIELDS)
         extra = f", signals={self.signals!r}" if self.signals else ""
+        extra += f", pending={self.pending!r}" if self.pending else ""
+        extra += f", paused={self.paused!r}" if self.paused else ""
+        extra += "" if self.answered else ", answered=False"
         return f"Sample({inner}{extra})"
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Sample):
             return NotImplemented
-        same = all(getattr(self, name) == getattr(other, name) for name in _FIELDS)
-        return same and self.signals == other.signals
+        return self._key() == other._key()
 
     def __hash__(self) -> int:
-        return hash((*(getattr(self, name) for name in _FIELDS), *self.signals.items()))
+        return hash(self._key())
 
     def to_dict(self) -> dict[str, object]:
-        """A JSON-able dict: the five numbers, and `signals` (name to value) when there are any."""
+        """A JSON-able dict: the five numbers, and `signals` (name to value), `pending`, `paused` and
+        `answered` when they are not their defaults."""
         data: dict[str, object] = {name: getattr(self, name) for name in _FIELDS}
         if self.signals:
             data["signals"] = dict(self.signals)
+        if self.pending:
+            data["pending"] = self.pending
+        if self.paused:
+            data["paused"] = self.paused
+        if not self.answered:
+            data["answered"] = False
         return data
 
     @classmethod
@@ -209,48 +249,67 @@ class Sample:
             if not isinstance(key, str) or isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise ValueError(f"sample signal {key!r} must be a number (got {value!r})")
             signals[key] = float(value)
-        return cls(*values, signals=signals)
+        pending = data.get("pending", 0.0)
+        if isinstance(pending, bool) or not isinstance(pending, (int, float)):
+            raise ValueError(f"sample pending must be a number (got {pending!r})")
+        paused = data.get("paused", "")
+        if not isinstance(paused, str):
+            raise ValueError(f"sample paused must be a string (got {paused!r})")
+        answered = data.get("answered", True)
+        if not isinstance(answered, bool):
+            raise ValueError(f"sample answered must be true or false (got {answered!r})")
+        return cls(*values, signals=signals, pending=float(pending), paused=paused, answered=answered)
 
 
 class State:
-    """What the detector remembers between samples: the last sample and when the stall clock started."""
+    """What the detector remembers between samples: the last sample, when the stall clock started, and
+    since when the engine has been paused."""
 
-    __slots__ = ("last", "stall_since")
+    __slots__ = ("last", "paused_since", "stall_since")
 
-    def __init__(self, last: Sample, stall_since: float | None = None) -> None:
+    def __init__(self, last: Sample, stall_since: float | None = None, paused_since: float | None = None) -> None:
         self.last = last
         # None while the stall clock is not running; otherwise the time it started.
         self.stall_since = stall_since
+        # None unless the last sample was paused; then the time the pause was first seen.
+        self.paused_since = paused_since
 
     def __repr__(self) -> str:
-        return f"State(last={self.last!r}, stall_since={self.stall_since!r})"
+        paused = "" if self.paused_since is None else f", paused_since={self.paused_since!r}"
+        return f"State(last={self.last!r}, stall_since={self.stall_since!r}{paused})"
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, State):
             return NotImplemented
-        return self.last == other.last and self.stall_since == other.stall_since
+        return (self.last, self.stall_since, self.paused_since) == (other.last, other.stall_since, other.paused_since)
 
     def __hash__(self) -> int:
-        return hash((self.last, self.stall_since))
+        return hash((self.last, self.stall_since, self.paused_since))
 
     def to_dict(self) -> dict[str, object]:
-        """A JSON-able dict: the last sample's fields and `stall_since` (None when not running)."""
+        """A JSON-able dict: the last sample's fields, `stall_since` and `paused_since` (None when unset)."""
         data = self.last.to_dict()
         data["stall_since"] = self.stall_since
+        data["paused_since"] = self.paused_since
         return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, object]) -> State:
         """Inverse of to_dict; ValueError when the dict is not of that shape."""
         last = Sample.from_dict(data)
-        since = data.get("stall_since")
-        if since is None:
-            return cls(last)
-        if isinstance(since, bool) or not isinstance(since, (int, float)) or not _finite(since):
-            raise ValueError(f"stall_since must be a number or None (got {since!r})")
-        if since > last.t:
-            raise ValueError(f"stall_since ({since!r}) is later than the last sample ({last.t!r})")
-        return cls(last, float(since))
+        times = []
+        for key in ("stall_since", "paused_since"):
+            value = data.get(key)
+            if value is not None:
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite(value):
+                    raise ValueError(f"{key} must be a number or None (got {value!r})")
+                if value > last.t:
+                    raise ValueError(f"{key} ({value!r}) is later than the last sample ({last.t!r})")
+                value = float(value)
+            times.append(value)
+        if (times[1] is not None) != bool(last.paused):
+            raise ValueError("paused_since must be given exactly when the last sample is paused")
+        return cls(last, times[0], times[1])
 
 
 class Assessment:
@@ -261,7 +320,7 @@ class Assessment:
     def __init__(self, verdict: Verdict, state: State, reason: str, stalled_for: float) -> None:
         self.verdict = verdict
         self.state = state
-        # Why a baseline was taken (empty for every other verdict).
+        # Why a baseline was taken, or why the engine is paused (empty for every other verdict).
         self.reason = reason
         # Seconds the stall clock has run (0 when it is not running).
         self.stalled_for = stalled_for
@@ -271,7 +330,7 @@ class Assessment:
 
 
 def _busy(sample: Sample, include_waiting: bool) -> bool:
-    return sample.running > 0 or (include_waiting and sample.waiting > 0)
+    return sample.running > 0 or sample.pending > 0 or (include_waiting and sample.waiting > 0)
 
 
 def assess(
@@ -291,25 +350,41 @@ def assess(
         raise ValueError(f"window must be > 0 (got {window!r})")
     if not saturation > 0:
         raise ValueError(f"saturation threshold must be > 0 (got {saturation!r})")
-    if state is None:
-        return Assessment(Verdict.BASELINE, State(sample), "no history", 0.0)
+    if not sample.answered:
+        # No numbers to compare: the clock runs from the last answer, and the last answer is kept.
+        last = sample if state is None else state.last
+        began = sample.t if state is None else state.stall_since if state.stall_since is not None else last.t
+        silent_for = sample.t - began
+        verdict = Verdict.STALLED if silent_for >= window else Verdict.SUSPECT
+        return Assessment(verdict, State(last, began), "", silent_for)
+    if state is None or not state.last.answered:
+        why = "no history" if state is None else "no earlier answer"
+        return _paused(sample, None) if sample.paused else Assessment(Verdict.BASELINE, State(sample), why, 0.0)
     prev = state.last
     if sample.t < prev.t:
         return Assessment(Verdict.BASELINE, State(sample), "the clock went backwards", 0.0)
     if sample.generation < prev.generation or sample.prompt < prev.prompt:
         return Assessment(Verdict.BASELINE, State(sample), "a token counter went down (engine restarted)", 0.0)
+    if sample.paused:
+        return _paused(sample, state.paused_since)  # set only while the last sample was paused
     if not _busy(sample, include_waiting):
         return Assessment(Verdict.IDLE, State(sample), "", 0.0)
     if sample.generation > prev.generation or sample.prompt > prev.prompt or sample.signals != prev.signals:
         verdict = Verdict.SATURATED if sample.waiting >= saturation else Verdict.PROGRESSING
         return Assessment(verdict, State(sample), "", 0.0)
-    # Busy and frozen. Keep a running clock; else start it when the engine was last seen busy.
+    # Busy and frozen. Keep a running clock; else start it when the engine was last seen busy (and not
+    # paused: a pause owes nothing, so the clock starts afresh at the first sample after it).
     since = state.stall_since
     if since is None:
-        since = prev.t if _busy(prev, include_waiting) else sample.t
+        since = prev.t if _busy(prev, include_waiting) and not prev.paused else sample.t
     stalled_for = sample.t - since
     verdict = Verdict.STALLED if stalled_for >= window else Verdict.SUSPECT
     return Assessment(verdict, State(sample, since), "", stalled_for)
+
+
+def _paused(sample: Sample, since: float | None) -> Assessment:
+    """Paused on purpose: the reason is why, and the state remembers since when."""
+    return Assessment(Verdict.PAUSED, State(sample, None, sample.t if since is None else since), sample.paused, 0.0)
 
 
 def step(

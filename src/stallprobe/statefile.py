@@ -1,8 +1,10 @@
 """The state file: the detector's memory between two probe runs.
 
-Format: UTF-8 text, one `key value` per line, the first line `stallprobe-state 2`, then `boot_id`, then
-for each engine an `engine NAME` line followed by its fields (`running 4.0`, ..., `stall_since none`)
-and its signals (`signal NAME VALUE`). Names are percent-encoded outside [A-Za-z0-9_.:-]. Not JSON
+Format: UTF-8 text, one `key value` per line, the first line `stallprobe-state 3`, then `boot_id`, then
+what the probe remembers of the page as a whole (`fact NAME VALUE`: when the last canary went out), then
+for each engine an `engine NAME` line followed by its fields (`running 4.0`, ..., `stall_since none`,
+`paused_since none`, `answered 1`, `paused WHY` when paused) and its signals (`signal NAME VALUE`).
+Names and the pause's why are percent-encoded outside [A-Za-z0-9_.:-]. Not JSON
 because the json module pulls in `re` and costs a quarter of the interpreter's own start on every probe
 run; the state is a handful of numbers, and this format is just as easy to read by eye (`cat` it).
 
@@ -32,12 +34,14 @@ if TYPE_CHECKING:
 
 __all__ = ["FORMAT", "default_path", "load", "read_boot_id", "save"]
 
-FORMAT = "stallprobe-state 2"
+FORMAT = "stallprobe-state 3"
 _MAX_SIZE = 64 * 1024  # a valid file is ~200 bytes; anything far larger is not ours
 _BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 _SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-")
 _NAME_SAFE = _SAFE | frozenset("_:")
-_FIELDS = ("running", "generation", "prompt", "t", "waiting", "stall_since")
+# Numbers of an engine's last sample, then the times of its state (`none` when unset).
+_NUMBERS = ("running", "generation", "prompt", "t", "waiting", "pending")
+_TIMES = ("stall_since", "paused_since")
 _HINT = "mount an emptyDir at /tmp or point --state-file elsewhere"
 # The file type bits of st_mode (stat.S_IFMT and friends, without the stat module).
 _S_IFMT, _S_IFDIR, _S_IFREG = 0o170000, 0o040000, 0o100000
@@ -99,7 +103,7 @@ def _unquote(text: str) -> str:
     return raw.decode("utf-8")
 
 
-def _parse(text: str, boot_id: str) -> tuple[dict[str, State] | None, str]:
+def _parse(text: str, boot_id: str, facts: dict[str, float] | None) -> tuple[dict[str, State] | None, str]:
     lines = text.split("\n")
     if lines[0] != FORMAT:
         if lines[0].startswith("stallprobe-state "):
@@ -111,6 +115,7 @@ def _parse(text: str, boot_id: str) -> tuple[dict[str, State] | None, str]:
         return None, "state file is from another boot"
     engines: dict[str, dict[str, object]] = {}
     signals: dict[str, dict[str, float]] = {}
+    found: dict[str, float] = {}
     name = None
     try:
         for line in lines[2:]:
@@ -121,13 +126,22 @@ def _parse(text: str, boot_id: str) -> tuple[dict[str, State] | None, str]:
                 name = _unquote(value)
                 engines.setdefault(name, {})
                 signals.setdefault(name, {})
+            elif key == "fact" and name is None:
+                fact, _, number = value.partition(" ")
+                found[_unquote(fact)] = float(number)
             elif name is None:
                 return None, "state file has a field outside an engine"
             elif key == "signal":
                 signal, _, number = value.partition(" ")
                 signals[name][_unquote(signal)] = float(number)
-            elif key in _FIELDS:
+            elif key in _NUMBERS:
+                engines[name][key] = float(value)
+            elif key in _TIMES:
                 engines[name][key] = None if value == "none" else float(value)
+            elif key == "answered" and value in ("0", "1"):
+                engines[name][key] = value == "1"
+            elif key == "paused":
+                engines[name][key] = _unquote(value)
             else:
                 return None, f"state file has an unknown field {key[:40]!r}"
     except ValueError:
@@ -135,14 +149,18 @@ def _parse(text: str, boot_id: str) -> tuple[dict[str, State] | None, str]:
     if not engines:
         return None, "state file names no engine"
     try:
-        return {key: State.from_dict({**data, "signals": signals[key]}) for key, data in engines.items()}, ""
+        states = {key: State.from_dict({**data, "signals": signals[key]}) for key, data in engines.items()}
     except ValueError as exc:
         return None, f"state file is invalid ({exc})"
+    if facts is not None:
+        facts.update(found)
+    return states, ""
 
 
-def load(path: str, boot_id: str) -> tuple[dict[str, State] | None, str]:
+def load(path: str, boot_id: str, facts: dict[str, float] | None = None) -> tuple[dict[str, State] | None, str]:
     """The saved state, or None and why there is none ("" for a first run). Bad content is not an
-    error; a file that exists but cannot be read is (StateFileError)."""
+    error; a file that exists but cannot be read is (StateFileError). What the probe remembers of the
+    page as a whole goes into `facts`, when given (nothing when there is no usable state)."""
     try:
         fd = _os.open(path, _os.O_RDONLY | getattr(_os, "O_NOFOLLOW", 0) | getattr(_os, "O_NONBLOCK", 0))
     except FileNotFoundError:
@@ -167,24 +185,30 @@ def load(path: str, boot_id: str) -> tuple[dict[str, State] | None, str]:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         return None, "state file is not text"
-    return _parse(text, boot_id)
+    return _parse(text, boot_id, facts)
 
 
-def _render(states: Mapping[str, State], boot_id: str) -> bytes:
+def _render(states: Mapping[str, State], boot_id: str, facts: Mapping[str, float]) -> bytes:
     lines = [FORMAT, f"boot_id {boot_id}"]
+    # repr() of a float reads back to the same float, so a round trip never moves a counter.
+    lines.extend(f"fact {_quote(key)} {value!r}" for key, value in facts.items())
     for name, state in states.items():
         lines.append(f"engine {_quote(name)}")
         last = state.last
-        # repr() of a float reads back to the same float, so a round trip never moves a counter.
-        for key in _FIELDS[:-1]:
-            lines.append(f"{key} {getattr(last, key)!r}")
-        lines.append(f"stall_since {'none' if state.stall_since is None else repr(state.stall_since)}")
+        lines.extend(f"{key} {getattr(last, key)!r}" for key in _NUMBERS)
+        for key in _TIMES:
+            value = getattr(state, key)
+            lines.append(f"{key} {'none' if value is None else repr(value)}")
+        lines.append(f"answered {int(last.answered)}")
+        if last.paused:
+            lines.append(f"paused {_quote(last.paused)}")
         lines.extend(f"signal {_quote(key)} {value!r}" for key, value in last.signals.items())
     return ("\n".join(lines) + "\n").encode("utf-8")
 
 
-def save(path: str, states: Mapping[str, State], boot_id: str) -> None:
-    """Write each engine's state atomically; StateFileError when the folder is read-only, full or missing."""
+def save(path: str, states: Mapping[str, State], boot_id: str, facts: Mapping[str, float] | None = None) -> None:
+    """Write each engine's state (and the page's `facts`) atomically; StateFileError when the folder is
+    read-only, full or missing."""
     folder, name = _split(path)
     tmp = _join(folder, f".{name}.{_os.getpid()}.{_os.urandom(4).hex()}.tmp")
     flags = _os.O_WRONLY | _os.O_CREAT | _os.O_EXCL | getattr(_os, "O_NOFOLLOW", 0)
@@ -192,7 +216,7 @@ def save(path: str, states: Mapping[str, State], boot_id: str) -> None:
         fd = _os.open(tmp, flags, 0o600)
         try:
             with open(fd, "wb") as f:
-                f.write(_render(states, boot_id))
+                f.write(_render(states, boot_id, facts or {}))
             # rename() replaces a symlink planted at `path` instead of writing through it.
             _os.replace(tmp, path)
         except BaseException:
