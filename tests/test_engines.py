@@ -14,6 +14,7 @@ from stallprobe.engines import (
     SGLANG,
     VLLM,
     Dialect,
+    PauseSign,
     choose,
     detect,
     precision_note,
@@ -338,3 +339,103 @@ def test_a_progress_metric_the_dialect_already_watches_counts_once() -> None:
     page = vllm_page(2, 10, 20) + b'vllm:kv_cache_usage_perc{engine="0"} 0.25\n'
     sample = read_engines(page, 1.0, VLLM, ["vllm:kv_cache_usage_perc"])["0"]
     assert sample.signals == {"vllm:kv_cache_usage_perc": 0.25}
+
+
+# --- an engine its operator paused: the signs on the page
+
+
+def sleep_state(engine: str, awake: float, offloaded: float) -> bytes:
+    return (
+        f'vllm:engine_sleep_state{{engine="{engine}",model_name="m",sleep_state="awake"}} {awake}\n'
+        f'vllm:engine_sleep_state{{engine="{engine}",model_name="m",sleep_state="weights_offloaded"}} {offloaded}\n'
+        f'vllm:engine_sleep_state{{engine="{engine}",model_name="m",sleep_state="discard_all"}} 0.0\n'
+    ).encode()
+
+
+PAUSE_PAGES: list[tuple[str, bytes, Dialect, dict[str, str]]] = [
+    ("awake", vllm_page(4, 10, 10) + sleep_state("0", 1, 0), VLLM, {"0": ""}),
+    ("asleep", vllm_page(4, 10, 10) + sleep_state("0", 0, 1), VLLM, {"0": "asleep (sleep mode)"}),
+    # The KV cache released (vLLM records awake 0 with both others 0): the engine cannot serve either.
+    ("kv_cache_released", vllm_page(0, 10, 10) + sleep_state("0", 0, 0), VLLM, {"0": "asleep (sleep mode)"}),
+    ("no_sleep_family", vllm_page(4, 10, 10), VLLM, {"0": ""}),
+    (
+        "one_engine_of_two_asleep",
+        data_parallel_page({"0": (1, 0, 5, 5, 0.1), "1": (1, 0, 5, 5, 0.1)})
+        + sleep_state("0", 1, 0)
+        + sleep_state("1", 0, 1),
+        VLLM,
+        {"0": "", "1": "asleep (sleep mode)"},
+    ),
+    (
+        "a_weight_update_in_flight_pauses_every_engine",
+        data_parallel_page({"0": (1, 0, 5, 5, 0.1), "1": (1, 0, 5, 5, 0.1)})
+        + b'vllm:rl_weight_update_operations_in_flight{operation="update"} 1.0\n'
+        + b'vllm:rl_weight_update_operations_in_flight{operation="start"} 0.0\n',
+        VLLM,
+        {"0": "a weight update in flight", "1": "a weight update in flight"},
+    ),
+    (
+        "no_weight_update_in_flight",
+        vllm_page(4, 10, 10) + b'vllm:rl_weight_update_operations_in_flight{operation="update"} 0.0\n',
+        VLLM,
+        {"0": ""},
+    ),
+    (
+        "waking_up_and_a_weight_update",
+        vllm_page(4, 10, 10)
+        + b'vllm:sleep_mode_operations_in_flight{operation="wake"} 1.0\n'
+        + b'vllm:rl_weight_update_operations_in_flight{operation="update"} 2.0\n',
+        VLLM,
+        {"0": "going to sleep or waking up; a weight update in flight"},
+    ),
+    (
+        "sglang_paused_requests",
+        fixture_page("sglang-docs-production-metrics-00b08c4.prom") + b'sglang:num_paused_reqs{model_name="m"} 3.0\n',
+        SGLANG,
+        {"": "requests paused for a weight sync"},
+    ),
+    (
+        "sglang_no_paused_requests",
+        fixture_page("sglang-docs-production-metrics-00b08c4.prom") + b'sglang:num_paused_reqs{model_name="m"} 0.0\n',
+        SGLANG,
+        {"": ""},
+    ),
+]
+
+
+@pytest.mark.parametrize(("page", "dialect", "paused"), [p[1:] for p in PAUSE_PAGES], ids=[p[0] for p in PAUSE_PAGES])
+def test_a_paused_engine_is_read_from_its_pages_signs(page: bytes, dialect: Dialect, paused: dict[str, str]) -> None:
+    assert PAUSE_PAGES
+    assert {name: sample.paused for name, sample in read_engines(page, 0.0, dialect).items()} == paused
+
+
+def test_a_non_finite_pause_sign_is_an_error() -> None:
+    page = vllm_page(4, 10, 10) + b'vllm:rl_weight_update_operations_in_flight{operation="update"} NaN\n'
+    with pytest.raises(MetricsError, match=r"^vllm:rl_weight_update_operations_in_flight is nan, not a finite number$"):
+        read_engines(page, 0.0)
+
+
+def test_each_engine_says_where_it_answers_whether_it_is_paused_and_its_load() -> None:
+    assert (VLLM.pause_route, VLLM.load_route) == ("/is_paused", "/load")
+    assert (SGLANG.pause_route, SGLANG.load_route, LLAMACPP.pause_route, LLAMACPP.load_route) == ("", "", "", "")
+    fork = VLLM.with_names(running="x")
+    assert (fork.pause_signs, fork.pause_route, fork.load_route) == (VLLM.pause_signs, "/is_paused", "/load")
+
+
+def test_sglang_per_pass_counters_are_its_heartbeat() -> None:
+    page = fixture_page("sglang-docs-production-metrics-00b08c4.prom")
+    page += b'sglang:cuda_graph_passes_total{mode="decode_cuda_graph"} 10.0\n'
+    page += b'sglang:cuda_graph_passes_total{mode="prefill_none"} 3.0\n'
+    page += b'sglang:realtime_tokens_total{mode="decode"} 1234.0\n'
+    signals = read_engines(page, 0.0, SGLANG)[""].signals
+    assert signals["sglang:cuda_graph_passes_total"] == 13
+    assert signals["sglang:realtime_tokens_total"] == 1234
+
+
+def test_a_pause_sign_and_a_dialect_default_to_nothing_paused() -> None:
+    sign = PauseSign("f", "why")
+    assert (sign.family, sign.why, sign.when_zero, sign.label, sign.value) == ("f", "why", False, "", "")
+    zero = PauseSign("f", "why", when_zero=True, label="l", value="v")
+    assert (zero.when_zero, zero.label, zero.value) == (True, "l", "v")
+    plain = Dialect("x", running="r", waiting="w", prompt="p", generation="g", port=1, hints=("x",))
+    assert (plain.pause_signs, plain.pause_route, plain.load_route) == ((), "", "")

@@ -22,11 +22,29 @@ __all__ = [
     "SGLANG",
     "VLLM",
     "Dialect",
+    "PauseSign",
     "choose",
     "detect",
     "precision_note",
     "read_engines",
 ]
+
+
+class PauseSign:
+    """A family whose value shows the engine's operator has paused it: when its series (those with
+    `label` = `value`, if given) sum to zero (`when_zero`) or to more than zero. `why` says so."""
+
+    __slots__ = ("family", "label", "value", "when_zero", "why")
+
+    def __init__(self, family: str, why: str, *, when_zero: bool = False, label: str = "", value: str = "") -> None:
+        self.family = family
+        self.why = why
+        self.when_zero = when_zero
+        self.label = label
+        self.value = value
+
+    def __repr__(self) -> str:
+        return f"PauseSign({self.family!r})"
 
 
 class Dialect:
@@ -37,7 +55,10 @@ class Dialect:
         "engine_label",
         "generation",
         "hints",
+        "load_route",
         "name",
+        "pause_route",
+        "pause_signs",
         "port",
         "prompt",
         "running",
@@ -58,6 +79,9 @@ class Dialect:
         digits: int | None = None,
         port: int,
         hints: Sequence[str],
+        pause_signs: Sequence[PauseSign] = (),
+        pause_route: str = "",
+        load_route: str = "",
     ) -> None:
         self.name = name
         self.running = running  # gauge: requests in the running batch; busy means > 0
@@ -69,6 +93,12 @@ class Dialect:
         self.digits = digits  # significant digits the engine prints numbers with (None: full precision)
         self.port = port  # the port its server listens on when its command line does not say
         self.hints = tuple(hints)  # words in an image or command line that name the engine
+        self.pause_signs = tuple(pause_signs)  # families that show its operator has paused it
+        # A route that answers whether the engine is paused ("" when it has none); asked only when the
+        # engine would otherwise be suspect or stalled.
+        self.pause_route = pause_route
+        # A route that answers how many HTTP requests are in flight ("" when it has none).
+        self.load_route = load_route
 
     def with_names(
         self,
@@ -94,6 +124,9 @@ class Dialect:
             digits=self.digits,
             port=self.port,
             hints=self.hints,
+            pause_signs=self.pause_signs,
+            pause_route=self.pause_route,
+            load_route=self.load_route,
         )
 
     def required(self) -> tuple[str, str, str]:
@@ -110,6 +143,15 @@ class Dialect:
 #   (the only thing that moved during a 14 s chunked prefill on vLLM 0.32) and every filled block during
 #   decode, and freezes with the engine. V1 calls it kv_cache_usage_perc, V0 gpu_cache_usage_perc.
 # - engine: V1 labels each data-parallel engine core's series with its index; V0 has no such label.
+# - not vllm:iteration_tokens_total_count: it looks like a per-step heartbeat, but vLLM 0.32 makes its
+#   IterationStats only for steps that return outputs (v1/engine/async_llm.py), and a step that only
+#   runs a prefill chunk returns none (v1/core/sched/scheduler.py): it moves when the counters do.
+# - paused (vLLM 0.32): vllm:engine_sleep_state (v1/metrics/loggers.py) has its `awake` series at 0
+#   while the engine sleeps (sleep mode frees the GPU for a trainer); the RL and sleep routes count their
+#   operations in flight (entrypoints/rl/online/metrics.py, serve/dev/sleep/metrics.py). /pause (with
+#   VLLM_SERVER_DEV_MODE=1) shows on no metric: GET /is_paused answers {"is_paused": true}, through the
+#   engine core, so it hangs when the core is wedged (the probe gives it a deadline, and no answer is
+#   never paused). /load counts in-flight HTTP requests with --enable-server-load-tracking (else 0).
 VLLM = Dialect(
     "vllm",
     running="vllm:num_requests_running",
@@ -120,22 +162,39 @@ VLLM = Dialect(
     engine_label="engine",
     port=8000,
     hints=("vllm",),
+    pause_signs=(
+        PauseSign("vllm:engine_sleep_state", "asleep (sleep mode)", when_zero=True, label="sleep_state", value="awake"),
+        PauseSign("vllm:sleep_mode_operations_in_flight", "going to sleep or waking up"),
+        PauseSign("vllm:rl_weight_update_operations_in_flight", "a weight update in flight"),
+    ),
+    pause_route="/is_paused",
+    load_route="/load",
 )
 
 # SGLang (python/sglang/srt/metrics/collector.py, with --enable-metrics) is always multiprocess: the
-# scheduler pushes its numbers, so they move when the scheduler logs (each prefill batch, every few
-# decode steps). num_used_tokens and token_usage follow the KV cache like vLLM's usage does. Newer
-# SGLang labels series by dp_rank (and tp_rank, pp_rank); a data-parallel rank is an engine.
+# scheduler pushes its numbers. Its token counters move only when a request finishes (0.5.23:
+# observe_one_finished_request), so the heartbeats are the per-pass counters: cuda_graph_passes_total
+# (label mode) gains one per forward pass, decode or prefill, each chunk of a chunked prefill included;
+# realtime_tokens_total (label mode) adds the tokens of every decode step and prefill batch.
+# num_used_tokens and token_usage follow the KV cache like vLLM's usage does. Newer SGLang labels series
+# by dp_rank (and tp_rank, pp_rank); a data-parallel rank is an engine. num_paused_reqs counts requests
+# held by an RL weight sync (0.5.23 declares it and resets it; nothing else sets it yet).
 SGLANG = Dialect(
     "sglang",
     running="sglang:num_running_reqs",
     waiting="sglang:num_queue_reqs",
     prompt="sglang:prompt_tokens_total",
     generation="sglang:generation_tokens_total",
-    signals=("sglang:num_used_tokens", "sglang:token_usage"),
+    signals=(
+        "sglang:cuda_graph_passes_total",
+        "sglang:realtime_tokens_total",
+        "sglang:num_used_tokens",
+        "sglang:token_usage",
+    ),
     engine_label="dp_rank",
     port=30000,
     hints=("sglang",),
+    pause_signs=(PauseSign("sglang:num_paused_reqs", "requests paused for a weight sync"),),
 )
 
 # llama.cpp's server (tools/server, with --metrics) counts tokens_predicted_total only when a request
@@ -256,6 +315,18 @@ def read_engines(page: bytes, t: float, dialect: Dialect = VLLM, extra: Sequence
                 if engine in signals:
                     # Two huge finite values can sum past the largest float: check the sum, not the parts.
                     signals[engine][name] = _finite(name, signals[engine].get(name, 0.0) + value)
+    paused: dict[str, list[str]] = {engine: [] for engine in engines}
+    for sign in dialect.pause_signs:
+        totals: dict[str, float] = {}
+        for labels, value in find_series(page, sign.family):
+            if sign.label and labels.get(sign.label) != sign.value:
+                continue
+            for engine in [labels[label]] if split and label is not None and label in labels else engines:
+                if engine in paused:
+                    totals[engine] = _finite(sign.family, totals.get(engine, 0.0) + value)
+        for engine, total in totals.items():
+            if (total == 0) if sign.when_zero else (total > 0):
+                paused[engine].append(sign.why)
     return {
         engine: Sample(
             _finite(dialect.running, sums[engine][dialect.running]),
@@ -264,6 +335,7 @@ def read_engines(page: bytes, t: float, dialect: Dialect = VLLM, extra: Sequence
             t,
             _finite(dialect.waiting, sums[engine][dialect.waiting]),
             signals=signals[engine],
+            paused="; ".join(paused[engine]),
         )
         for engine in engines
     }
