@@ -31,6 +31,8 @@ NO_ENGINE = "no known engine's metrics on the page (looked for vllm, sglang, lla
 REAL: dict[str, tuple[str, dict[str, tuple[float, float, float, float, dict[str, float]]]] | str] = {
     "vllm-0.32.0-cpu-busy.prom": ("vllm", {"0": (4, 0, 173, 907, {KV: 0.0019536019536019467})}),
     "vllm-0.32.0-cpu-multiprocess-idle.prom": ("vllm", {"0": (0, 0, 0, 0, {})}),
+    "vllm-0.32.0-cpu-paused-keep.prom": ("vllm", {"0": (4, 0, 244, 2601, {KV: 0.002930045171529727})}),
+    "vllm-0.32.0-cpu-asleep.prom": ("vllm", {"0": (0, 0, 244, 2601, {KV: 0.0})}),
     "vllm-v1-ahasannn-hwrouter-f7a8250.prom": ("vllm", {"0": (0, 0, 0, 0, {KV: 0.0})}),
     "vllm-v1-inferstack-0.29.0-651cd61.prom": ("vllm", {"0": (0, 0, 530, 584, {KV: 0.0})}),
     "vllm-v1-lmswitch-f5803ce.prom": ("vllm", {"0": (0, 0, 3675428, 44995, {KV: 0.0})}),
@@ -40,6 +42,10 @@ REAL: dict[str, tuple[str, dict[str, tuple[float, float, float, float, dict[str,
         {"": (162, 2826, 8128902, 7557572, {"sglang:num_used_tokens": 123859, "sglang:token_usage": 0.28})},
     ),
     "llamacpp-server-11434-local.prom": ("llamacpp", {"": (0, 0, 41, 142, {"llamacpp:n_decode_total": 142})}),
+}
+# The real pages whose engines read as paused, and why (every other engine of every page: not paused).
+REAL_PAUSED: dict[str, dict[str, str]] = {
+    "vllm-0.32.0-cpu-asleep.prom": {"0": "asleep (sleep mode)"},
 }
 
 
@@ -60,8 +66,9 @@ def test_real_page_is_read_with_its_dialect_and_numbers(name: str, expected: obj
     dialect = detect(page)
     assert dialect.name == dialect_name
     samples = read_engines(page, 7.0, dialect)
+    paused = REAL_PAUSED.get(name, {})
     assert samples == {
-        engine: Sample(running, gen, prompt, 7.0, waiting, signals=signals)
+        engine: Sample(running, gen, prompt, 7.0, waiting, signals=signals, paused=paused.get(engine, ""))
         for engine, (running, waiting, prompt, gen, signals) in engines.items()
     }
 
