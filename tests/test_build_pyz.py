@@ -116,7 +116,7 @@ def test_source_only_build(tmp_path: Path, httpserver: HTTPServer) -> None:
     plain = build(tmp_path / "plain.pyz", "--no-bytecode")
     with zipfile.ZipFile(plain) as archive:
         assert not [name for name in archive.namelist() if name.endswith(".pyc")]
-    assert plain.stat().st_size < 64 * 1024
+    assert plain.stat().st_size < 96 * 1024  # ~70 KB of deflated sources
     httpserver.expect_request("/metrics").respond_with_data(frozen_busy_page(), content_type=CONTENT_TYPE)
     code, line = run_pyz(plain, httpserver.url_for("/metrics"), tmp_path / "probe.state")
     assert (code, line[:10]) == (0, "baseline: ")
@@ -178,4 +178,5 @@ def test_real_page_reads(pyz: Path, httpserver: HTTPServer, tmp_path: Path, name
         assert line.startswith("error: no known engine"), line
     else:
         assert code == 0, line
-        assert line.startswith("baseline: "), line
+        # A page caught while its engine sleeps is paused from the first run; any other is a baseline.
+        assert line.startswith("paused: " if "asleep" in name else "baseline: "), line

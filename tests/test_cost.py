@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 from pytest_httpserver import HTTPServer
+from werkzeug import Response
 
 from conftest import REPO, vllm_page
 from stallprobe.pyz import HOT
@@ -80,19 +81,34 @@ def test_importing_the_package_loads_only_the_detector() -> None:
 
 
 def test_a_whole_probe_run_stays_off_the_slow_modules(httpserver: HTTPServer, tmp_path: object) -> None:
-    httpserver.expect_request("/metrics").respond_with_data(vllm_page(3, 10, 20), content_type="text/plain")
+    pages = iter([vllm_page(3, 10, 20), vllm_page(3, 12, 20)])
+    httpserver.expect_request("/metrics").respond_with_handler(
+        lambda _: Response(next(pages), content_type="text/plain")
+    )
     state = f"{tmp_path}/probe.state"
     args = ["--url", httpserver.url_for("/metrics"), "--state-file", state]
     body = f"from stallprobe.cli import main\nmain({args!r})\nmain({args!r})"
     out, modules = loaded_by(body)
     assert out.splitlines()[0].startswith("baseline: 3 running")
-    assert out.splitlines()[1].startswith("suspect: 3 running")
+    assert out.splitlines()[1].startswith("progressing: 3 running")
     assert sorted(modules & OFF_THE_HOT_PATH) == []
     assert "_socket" in modules  # the run really scraped
     # The single-file build gives exactly these bytecode: what a run loads.
     assert {m for m in modules if m.startswith("stallprobe")} == {
         name.removesuffix(".py").replace("/", ".").removesuffix(".__init__") for name in HOT
     }
+
+
+def test_a_suspect_run_asks_whether_the_engine_is_paused_and_nothing_more(
+    httpserver: HTTPServer, tmp_path: object
+) -> None:
+    """Only a run that would say suspect or stalled asks vLLM's /is_paused; a 404 needs no json."""
+    httpserver.expect_request("/metrics").respond_with_data(vllm_page(3, 10, 20), content_type="text/plain")
+    args = ["--url", httpserver.url_for("/metrics"), "--state-file", f"{tmp_path}/probe.state"]
+    out, modules = loaded_by(f"from stallprobe.cli import main\nmain({args!r})\nmain({args!r})")
+    assert out.splitlines()[1].startswith("suspect: 3 running")
+    assert "stallprobe.api" in modules
+    assert sorted(modules & OFF_THE_HOT_PATH) == []
 
 
 def test_without_the_c_socket_module_the_probe_uses_socket(httpserver: HTTPServer, tmp_path: object) -> None:

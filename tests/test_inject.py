@@ -187,7 +187,7 @@ def test_a_plain_health_check_is_replaced_keeping_its_initial_delay() -> None:
     out, log = inject([workload("Deployment", spec)], Options(pyz=b""))
     c = out[0]["spec"]["template"]["spec"]["containers"][0]
     assert c["livenessProbe"]["initialDelaySeconds"] == 600
-    assert c["livenessProbe"]["timeoutSeconds"] == 5  # above --timeout 3
+    assert c["livenessProbe"]["timeoutSeconds"] == 6  # above --timeout 3 and the 1 s question whether it is paused
     assert (c["readinessProbe"], c["startupProbe"]) == (HEALTH, HEALTH)  # never touched
     assert "replaced the liveness probe" in log[0]
     assert "restarted about 140 s after its last progress" in log[0]
@@ -217,7 +217,7 @@ def test_timing_flags_reach_the_probe_and_the_report() -> None:
     out, log = inject([workload("Deployment", pod_spec(container()))], options)
     probe = probe_of(out[0])
     assert probe["exec"]["command"][7:] == ["--window", "300", "--timeout", "4.5", "--engine", "sglang"]
-    assert (probe["periodSeconds"], probe["timeoutSeconds"], probe["failureThreshold"]) == (15, 7, 5)
+    assert (probe["periodSeconds"], probe["timeoutSeconds"], probe["failureThreshold"]) == (15, 8, 5)
     assert (
         "restarted about 360 s after its last progress (window 300 s + period 15 s x (failureThreshold 5 - 1))"
         in log[0]
@@ -398,3 +398,19 @@ def test_the_injected_command_as_the_kubelet_runs_it(stub: StubEngine, tmp_path:
 def test_read_documents_accepts_a_stream_of_json_objects() -> None:
     form, docs = read_documents('{"kind": "A"}\n{"kind": "B"} [{"kind": "C"}]')
     assert (form, [d["kind"] for d in docs]) == ("json", ["A", "B", "C"])
+
+
+def test_the_probes_new_flags_are_carried_through_and_the_timeout_covers_them() -> None:
+    """--canary, --server-load and --api-key-file reach the probe; each extra exchange raises timeoutSeconds."""
+    manifest = json.dumps(workload("Deployment", pod_spec(container(args=["--port", "8000"]))))
+    key = "/var/run/secrets/vllm/api-key"
+    result = run_inject(manifest, "--canary", "--canary-interval", "300", "--api-key-file", key)
+    assert result.returncode == 0, result.stderr
+    deployment = json.loads(result.stdout)["items"][0]
+    probe = probe_of(deployment)
+    command = probe["exec"]["command"]
+    assert command[command.index("--api-key-file") + 1] == key
+    assert command[command.index("--canary-interval") + 1] == "300"
+    assert "--canary" in command
+    # The scrape and the canary under --timeout 3 each, and 1 s for /is_paused: 7 s, plus the start.
+    assert probe["timeoutSeconds"] == 9

@@ -24,6 +24,7 @@ LAYERS = {
     "stallprobe.scrape": 2,
     "stallprobe.statefile": 2,
     "stallprobe.pyz": 2,
+    "stallprobe.api": 3,  # questions beyond /metrics, over scrape's HTTP
     # The flags of every command.
     "stallprobe.options": 3,
     # The commands: peers that never import each other.

@@ -15,6 +15,7 @@ __all__ = [
     "InjectError",
     "MetricsError",
     "ScrapeError",
+    "ScrapeTimeout",
     "StallprobeError",
     "StateFileError",
     "UsageError",
@@ -24,10 +25,10 @@ __all__ = [
 class ExitCode:
     """The process's exit codes. Plain ints, not an IntEnum: `enum` costs ~1-2 ms of every probe run."""
 
-    OK = 0  # alive: baseline, idle, progressing, saturated or suspect
-    STALLED = 1  # busy and no token progress for the window: restart me
+    OK = 0  # alive: baseline, idle, paused, progressing, saturated or suspect
+    STALLED = 1  # busy and no token progress (or no answer) for the window: restart me
     USAGE = 2  # a flag or environment variable is invalid (argparse's traditional code)
-    SCRAPE = 3  # /metrics could not be fetched in time
+    SCRAPE = 3  # /metrics (or the canary) failed unambiguously: refused, reset, an HTTP error
     METRICS = 4  # not a metrics page, or a required metric missing
     STATE = 5  # the state file cannot be read or written
     INTERRUPTED = 130  # `watch --once` interrupted (the shell's code for SIGINT): never read as "alive"
@@ -35,10 +36,10 @@ class ExitCode:
 
 # The one table of what each code means to the probe: --help and the README print it (a test compares).
 EXIT_MEANINGS = {
-    ExitCode.OK: "alive: baseline, idle, progressing, saturated or suspect",
-    ExitCode.STALLED: "stalled: busy, and no token progress for the window",
+    ExitCode.OK: "alive: baseline, idle, paused, progressing, saturated or suspect (a slow answer is suspect)",
+    ExitCode.STALLED: "stalled: busy and no token progress, or no answer at all, for the window",
     ExitCode.USAGE: "usage error: a flag or environment variable is invalid",
-    ExitCode.SCRAPE: "scrape failed: refused, reset, non-2xx, too large, or past --timeout",
+    ExitCode.SCRAPE: "scrape or canary failed: refused, reset, an empty reply, non-2xx (401: give the API key), too large",
     ExitCode.METRICS: "not a metrics page, no known engine or several, or a required metric missing or unusable",
     ExitCode.STATE: "the state file cannot be read or written (read-only or full filesystem)",
 }
@@ -64,6 +65,11 @@ class ScrapeError(StallprobeError):
     """The /metrics page could not be fetched: refused, reset, non-2xx, too large, or past the deadline."""
 
     exit_code = ExitCode.SCRAPE
+
+
+class ScrapeTimeout(ScrapeError):
+    """No complete answer within the deadline: ambiguous (a saturated engine's server can be that slow),
+    so the probe judges it as a page that gave no answer, not as an immediate failure."""
 
 
 class MetricsError(StallprobeError):

@@ -25,6 +25,7 @@ import math
 import sys
 
 from . import __version__
+from .api import PAUSE_QUERY_TIMEOUT
 from .detector import DEFAULT_WINDOW
 from .engines import DIALECTS
 from .errors import InjectError
@@ -32,8 +33,8 @@ from .options import (
     DEFAULT_FAILURE_THRESHOLD,
     DEFAULT_PERIOD,
     DEFAULT_TIMEOUT,
-    ENGINE_OPTIONS,
     INJECT,
+    PASSED_ON,
     help_lines,
     parse,
 )
@@ -195,8 +196,11 @@ def liveness_probe(port: int, engine: str | None, options: Options, old: Any, st
     if isinstance(delay, int):  # model loading: keep the operator's delay (a startupProbe is better)
         probe["initialDelaySeconds"] = delay
     probe["periodSeconds"] = options.period
-    # Above the probe's own deadline, with room for the interpreter's start on a starved CPU.
-    probe["timeoutSeconds"] = math.ceil(options.timeout) + 2
+    # Above the probe's own worst case, with room for the interpreter's start on a starved CPU: the
+    # scrape, the question whether it is paused (1 s), and with --canary or --server-load one more
+    # exchange each, every one under --timeout.
+    extra = sum(flag in options.probe_args for flag in ("--canary", "--server-load"))
+    probe["timeoutSeconds"] = math.ceil(options.timeout * (1 + extra) + PAUSE_QUERY_TIMEOUT) + 2
     probe["successThreshold"] = 1
     probe["failureThreshold"] = options.failure
     return probe
@@ -386,7 +390,7 @@ def _probe_args(values: Values) -> list[str]:
     """The probe's engine flags that were given, as the probe's command line takes them (--window and
     --engine are always written, and so are left out here)."""
     args: list[str] = []
-    for option in ENGINE_OPTIONS:
+    for option in PASSED_ON:
         if option.key not in values.given or option.flag in ("--window", "--engine"):
             continue
         if option.is_switch:

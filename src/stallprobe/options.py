@@ -24,6 +24,7 @@ __all__ = [
     "WATCH",
     "Option",
     "Values",
+    "api_key",
     "dialect_names",
     "help_lines",
     "parse",
@@ -41,6 +42,10 @@ DEFAULT_INTERVAL = 5.0
 DEFAULT_COOLDOWN = 600.0
 # A restart command (docker restart, systemctl restart) returns within a minute; five minutes is a hang.
 DEFAULT_HOOK_TIMEOUT = 300.0
+# Ten minutes between two canaries to an idle engine: six a day-hour, a few requests an hour, nothing
+# next to real traffic. A canary that gets no answer is sent again on every run until one is answered,
+# so once one fails the restart comes within window + failureThreshold x period, as for any stall.
+DEFAULT_CANARY_INTERVAL = 600.0
 # The kubelet's defaults for a probe's period and failureThreshold; `inject` writes them.
 DEFAULT_PERIOD = 10
 DEFAULT_FAILURE_THRESHOLD = 3
@@ -270,6 +275,39 @@ ENGINE_LABEL = Option(
     shown=_EACH_ENGINE,
 )
 JSON = Option("--json", "", switch, False, "print JSON objects instead of lines", env="STALLPROBE_JSON")
+CANARY = Option(
+    "--canary",
+    "",
+    switch,
+    False,
+    "when the engine looks idle and nothing moved, send one 1-token completion; no answer is a stall",
+    env="STALLPROBE_CANARY",
+)
+CANARY_INTERVAL = Option(
+    "--canary-interval",
+    "SECONDS",
+    positive,
+    DEFAULT_CANARY_INTERVAL,
+    "the least time between two canaries to a healthy idle engine",
+    env="STALLPROBE_CANARY_INTERVAL",
+)
+SERVER_LOAD = Option(
+    "--server-load",
+    "",
+    switch,
+    False,
+    "when the engine looks idle, ask its HTTP requests in flight (vLLM /load)",
+    env="STALLPROBE_SERVER_LOAD",
+)
+API_KEY_FILE = Option(
+    "--api-key-file",
+    "PATH",
+    nonempty,
+    None,
+    "a file holding the API key the routes want (Authorization: Bearer)",
+    env="STALLPROBE_API_KEY_FILE",
+    shown="VLLM_API_KEY or LLAMA_API_KEY when set",
+)
 
 INTERVAL = Option("--interval", "SECONDS", positive, DEFAULT_INTERVAL, "poll every this long")
 ONCE = Option("--once", "", switch, False, "poll twice, one interval apart, print and exit")
@@ -335,14 +373,31 @@ PROBE = (
     PROMPT_METRIC,
     GENERATION_METRIC,
     ENGINE_LABEL,
+    API_KEY_FILE,
+    CANARY,
+    CANARY_INTERVAL,
+    SERVER_LOAD,
     JSON,
 )
-WATCH = (INTERVAL, TIMEOUT, *ENGINE_OPTIONS, ONCE, JSON, ON_STALLED, ON_SATURATED, COOLDOWN, HOOK_TIMEOUT)
+WATCH = (
+    INTERVAL,
+    TIMEOUT,
+    *ENGINE_OPTIONS,
+    API_KEY_FILE,
+    ONCE,
+    JSON,
+    ON_STALLED,
+    ON_SATURATED,
+    COOLDOWN,
+    HOOK_TIMEOUT,
+)
+# The probe's own flags that inject writes into the probes it adds, when given.
+PASSED_ON = (*ENGINE_OPTIONS, CANARY, CANARY_INTERVAL, SERVER_LOAD, API_KEY_FILE)
 INJECT = (
     FILENAME,
     CONTAINER,
     TIMEOUT,
-    *ENGINE_OPTIONS,
+    *PASSED_ON,
     PERIOD,
     FAILURE_THRESHOLD,
     FORCE,
@@ -451,6 +506,31 @@ def parse(
         read = [option.read(name, text) for text in texts]
         values[option.key] = tuple(read) if option.repeats else read[0]
     return Values(values, set(raw), rest)
+
+
+# Where an engine's own container keeps its API key: vLLM reads VLLM_API_KEY, llama.cpp's server
+# LLAMA_API_KEY (a comma-separated list: any one of them is accepted).
+KEY_VARIABLES = ("VLLM_API_KEY", "LLAMA_API_KEY")
+
+
+def api_key(values: Values, environ: Mapping[str, str]) -> str:
+    """The API key to send (`--api-key-file`, else the engine's own variable), "" when there is none.
+    UsageError when the file cannot be read or holds no usable key; the key itself is never shown."""
+    path = values.text("api_key_file")
+    if path is not None:
+        name = "--api-key-file"
+        try:
+            with open(path, "rb") as f:
+                text = f.read(4097).decode("utf-8", "replace")
+        except OSError as exc:
+            raise UsageError(f"{name} {path}: {exc.strerror}") from None
+        key = text.strip()
+    else:
+        name = next((variable for variable in KEY_VARIABLES if environ.get(variable, "").strip()), "")
+        key = environ[name].split(",")[0].strip() if name else ""
+    if (name and not key) or len(key) > 4096 or not all(" " < ch < "\x7f" for ch in key):
+        raise UsageError(f"{name} must hold one API key of printable ASCII characters (the key is not shown)")
+    return key
 
 
 def dialect_names(values: Values) -> dict[str, str]:

@@ -11,15 +11,17 @@ import sys
 import time
 
 from . import __version__
-from .detector import Verdict, assess_engines
-from .errors import EXIT_MEANINGS, ExitCode
-from .options import PROBE, dialect_names, help_lines, parse
-from .report import describe, json_fields
+from .detector import Sample, Verdict, assess_engines
+from .errors import EXIT_MEANINGS, ExitCode, ScrapeTimeout
+from .options import PROBE, api_key, dialect_names, help_lines, parse
+from .report import describe, json_fields, secs
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
+    from .detector import EnginesAssessment, State
+    from .engines import Dialect
     from .options import Values
 
 __all__ = ["Config", "configure", "help_text", "main", "run"]
@@ -51,12 +53,16 @@ class Config:
     """What one probe run needs to know, validated."""
 
     __slots__ = (
+        "canary",
+        "canary_interval",
         "engine",
         "include_waiting",
         "json",
+        "key",
         "names",
         "progress",
         "saturation",
+        "server_load",
         "state_file",
         "timeout",
         "url",
@@ -73,6 +79,10 @@ class Config:
         self.progress = values.words("progress_metric")
         self.names = dialect_names(values)
         self.json = values.flag("json")
+        self.canary = values.flag("canary")
+        self.canary_interval = values.number("canary_interval")
+        self.server_load = values.flag("server_load")
+        self.key = api_key(values, environ)
         state_file = values.text("state_file")
         if state_file is None:
             from .statefile import default_path
@@ -94,28 +104,133 @@ def _print(line: str) -> None:
 
 def run(config: Config) -> int:
     """One probe run: the exit code, OK or STALLED. Every failure is a StallprobeError."""
-    from .engines import choose, precision_note, read_engines
+    from .engines import choose, read_engines
     from .scrape import fetch
     from .statefile import load, read_boot_id, save
 
     boot_id = read_boot_id()
-    previous, why = load(config.state_file, boot_id)
-    page = fetch(config.url, config.timeout)
+    facts: dict[str, float] = {}
+    previous, why = load(config.state_file, boot_id, facts)
+    try:
+        page = fetch(config.url, config.timeout, key=config.key)
+    except ScrapeTimeout as exc:
+        # A slow answer is not a wedge: no sample, and the stall clock runs from the last answer.
+        now = time.monotonic()
+        silent = {name: Sample(0, 0, 0, now, answered=False) for name in (list(previous) if previous else [""])}
+        result = assess_engines(previous, silent, config.window, config.saturation)
+        save(config.state_file, result.states, boot_id, facts)
+        return _report(config, result, previous=previous, why=why, samples={}, dialect=None, silence=str(exc))
     # CLOCK_MONOTONIC is one clock for every process since boot: a wall-clock step cannot fake a
     # stall, and the boot id in the state file catches the one case where it restarts.
     now = time.monotonic()
     dialect = choose(page, config.engine, config.names)
     samples = read_engines(page, now, dialect, config.progress)
+    note = ""
+    if (config.canary or config.server_load) and _looks_idle(samples, previous):
+        samples, note = _ask_idle(config, dialect, samples, previous=previous, facts=facts, now=now)
     result = assess_engines(previous, samples, config.window, config.saturation, include_waiting=config.include_waiting)
-    save(config.state_file, result.states, boot_id)
+    if result.verdict in (Verdict.SUSPECT, Verdict.STALLED) and dialect.pause_route:
+        # Asked only now, so a healthy run costs nothing more; no answer is never "paused".
+        from .api import is_paused, origin
+
+        if is_paused(origin(config.url), dialect.pause_route, config.key):
+            why_paused = f"paused by its operator ({dialect.pause_route})"
+            samples = {name: _with(sample, paused=sample.paused or why_paused) for name, sample in samples.items()}
+            result = assess_engines(
+                previous, samples, config.window, config.saturation, include_waiting=config.include_waiting
+            )
+    save(config.state_file, result.states, boot_id, facts)
+    return _report(config, result, previous=previous, why=why, samples=samples, dialect=dialect, note=note)
+
+
+def _looks_idle(samples: dict[str, Sample], previous: dict[str, State] | None) -> bool:
+    """Every engine idle to its gauges, and nothing moved since the last run (or a canary is owed an
+    answer): only then can requests be hanging where the gauges do not see them."""
+    if not previous or any(sample.running or sample.waiting for sample in samples.values()):
+        return False
+    for name, sample in samples.items():
+        before = previous.get(name)
+        if before is None or not before.last.answered:
+            return False
+        last = before.last
+        moved = (sample.generation, sample.prompt, sample.signals) != (last.generation, last.prompt, last.signals)
+        if moved and not last.pending:
+            return False
+    return True
+
+
+def _ask_idle(
+    config: Config,
+    dialect: Dialect,
+    samples: dict[str, Sample],
+    *,
+    previous: dict[str, State] | None,
+    facts: dict[str, float],
+    now: float,
+) -> tuple[dict[str, Sample], str]:
+    """For an engine that looks idle: the requests the server has in flight (--server-load), then the
+    canary (--canary). Either, when it finds requests owed, makes them pending on every engine."""
+    from .api import canary, in_flight, origin
+
+    base = origin(config.url)
+    pending = 0.0
+    note = ""
+    if config.server_load and dialect.load_route:
+        pending = in_flight(base, dialect.load_route, config.key, config.timeout)
+        if pending:
+            note = f"the server has {secs(pending).rstrip('0').rstrip('.')} requests in flight"
+    failing = any(state.last.pending for state in (previous or {}).values())
+    last_canary = facts.get("canary_at")
+    due = failing or last_canary is None or not 0 <= now - last_canary < config.canary_interval
+    if config.canary and not pending and due:
+        facts["canary_at"] = now
+        took = canary(base, config.key, config.timeout)
+        if took is None:
+            pending = 1.0
+            note = f"the canary got no answer within {secs(config.timeout)} s"
+        else:
+            note = f"the canary was answered in {secs(took)} s"
+    if not pending:
+        return samples, note
+    return {name: _with(sample, pending=pending) for name, sample in samples.items()}, note
+
+
+def _with(sample: Sample, *, pending: float | None = None, paused: str | None = None) -> Sample:
+    """A copy of `sample` with requests pending outside its gauges, or paused."""
+    return Sample(
+        sample.running,
+        sample.generation,
+        sample.prompt,
+        sample.t,
+        sample.waiting,
+        signals=sample.signals,
+        pending=sample.pending if pending is None else pending,
+        paused=sample.paused if paused is None else paused,
+    )
+
+
+def _report(
+    config: Config,
+    result: EnginesAssessment,
+    *,
+    previous: dict[str, State] | None,
+    why: str,
+    samples: dict[str, Sample],
+    dialect: Dialect | None,
+    silence: str = "",
+    note: str = "",
+) -> int:
+    from .engines import precision_note
+
     precision = ""
-    if result.verdict in (Verdict.SUSPECT, Verdict.STALLED):
+    if dialect is not None and result.verdict in (Verdict.SUSPECT, Verdict.STALLED):
         precision = precision_note(dialect, result.engines[result.worst].state.last)
-    line = describe(result, previous, why, config.window, precision)
+    line = describe(result, previous, why, config.window, precision, silence=silence, note=note)
     if config.json:
         import json  # only on this path: json pulls in re, which the plain line does not need
 
-        line = json.dumps(json_fields(result, samples, dialect.name, config.window, line), sort_keys=True)
+        fields = json_fields(result, samples, dialect.name if dialect else None, config.window, line)
+        line = json.dumps(fields, sort_keys=True)
     _print(line)
     return ExitCode.STALLED if result.verdict is Verdict.STALLED else ExitCode.OK
 

@@ -81,44 +81,62 @@ def frozen(one: Assessment, precision: str) -> str:
     return f"{text}; {precision}" if precision else text
 
 
+def paused_for(one: Assessment) -> float:
+    """How long a paused engine has been paused (0 when it is not)."""
+    since = one.state.paused_since
+    return 0.0 if since is None else one.state.last.t - since
+
+
 def describe(
     result: EnginesAssessment,
     previous: Mapping[str, State] | None,
     first: str,
     window: float,
     precision: str = "",
+    *,
+    silence: str = "",
+    note: str = "",
 ) -> str:
     """The one line a person reads in `kubectl describe pod`: the verdict of the worst engine.
 
     `first` says why there is no history at all (a state file that could not be used), "" when there is
-    none to say; `precision` is engines.precision_note() of the worst engine.
+    none to say; `precision` is engines.precision_note() of the worst engine; `silence` is why the page
+    gave no answer (then there are no numbers to tell); `note` is what else the probe learnt (a canary).
     """
     engines = result.engines
     worst = engines[result.worst]
     s = worst.state.last
     verdict = result.verdict
+    if silence:
+        return f"{verdict.value}: {silence}; nothing answered for {secs(worst.stalled_for)} s (window {num(window)} s)"
     who = ""
     if len(engines) > 1:
         alike = [name for name, one in engines.items() if one.verdict is verdict]
-        if len(alike) > 1 and verdict in (Verdict.STALLED, Verdict.SUSPECT):
+        if len(alike) > 1 and verdict in (Verdict.STALLED, Verdict.SUSPECT, Verdict.PAUSED):
             who = f"engines {', '.join(alike)} of {len(engines)}: "
         else:
             who = f"engine {result.worst} of {len(engines)}: "
     head = f"{verdict.value}: {who}{num(s.running)} running, {num(s.waiting)} waiting"
+    if s.pending:
+        head += f", {num(s.pending)} in flight outside them"
     before = previous.get(result.worst) if previous else None
     if verdict is Verdict.BASELINE:
-        why = first or baseline_why(worst, before, previous)
-        return f"{head}; {why}, progress is judged from the next run"
-    if verdict is Verdict.IDLE:
-        return head
-    if verdict in (Verdict.PROGRESSING, Verdict.SATURATED) and before is not None:
+        line = f"{head}; {first or baseline_why(worst, before, previous)}, progress is judged from the next run"
+    elif verdict is Verdict.IDLE:
+        line = head
+    elif verdict is Verdict.PAUSED:
+        line = f"{head}; {worst.reason}, paused for {duration(paused_for(worst))}: not judged until it resumes"
+    elif verdict in (Verdict.PROGRESSING, Verdict.SATURATED) and before is not None:
         p = before.last
-        moved = (
+        line = (
             f"{head}; +{num(s.prompt - p.prompt)} prompt and "
             f"+{num(s.generation - p.generation)} generation tokens in {secs(s.t - p.t)} s"
         )
-        return f"{moved}; {SATURATED_NOTE}" if verdict is Verdict.SATURATED else moved
-    return f"{head}; {frozen(worst, '')} (window {num(window)} s)" + (f"; {precision}" if precision else "")
+        if verdict is Verdict.SATURATED:
+            line += f"; {SATURATED_NOTE}"
+    else:
+        line = f"{head}; {frozen(worst, '')} (window {num(window)} s)" + (f"; {precision}" if precision else "")
+    return f"{line}; {note}" if note else line
 
 
 def note(
@@ -135,20 +153,28 @@ def note(
 
 
 def json_fields(
-    result: EnginesAssessment, samples: Mapping[str, Sample], dialect: str, window: float, line: str
+    result: EnginesAssessment, samples: Mapping[str, Sample], dialect: str | None, window: float, line: str
 ) -> dict[str, object]:
-    """The probe's --json object: the verdict, the page's totals, and each engine's own numbers."""
+    """The probe's --json object: the verdict, the page's totals (null when the page gave no answer),
+    and each engine's own numbers."""
     worst = result.engines[result.worst]
+    answered = [sample for sample in samples.values() if sample.answered]
+
+    def total(field: str) -> float | None:
+        return sum(getattr(sample, field) for sample in answered) if answered else None
+
     return {
         "verdict": result.verdict.value,
         "engine": result.worst if len(samples) > 1 else None,
         "dialect": dialect,
         # Page totals: with several engines, the sums; the worst engine's own numbers are in "engines".
-        "running": sum(sample.running for sample in samples.values()),
-        "waiting": sum(sample.waiting for sample in samples.values()),
-        "prompt_tokens": sum(sample.prompt for sample in samples.values()),
-        "generation_tokens": sum(sample.generation for sample in samples.values()),
+        "running": total("running"),
+        "waiting": total("waiting"),
+        "prompt_tokens": total("prompt"),
+        "generation_tokens": total("generation"),
         "stalled_for": worst.stalled_for,
+        "paused": worst.reason if result.verdict is Verdict.PAUSED else None,
+        "paused_for": paused_for(worst),
         "window": window,
         "message": line,
         "engines": [

@@ -1,4 +1,4 @@
-"""Fetching the /metrics page: one HTTP GET on a plain socket, under one deadline for the whole exchange.
+"""Talking HTTP to the engine: one request on a plain socket, under one deadline for the whole exchange.
 
 Why not urllib or http.client: importing them costs several times what the rest of the probe does (they
 pull in email, ssl helpers and more), and the probe runs every few seconds in every pod, in a container
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 
-from .errors import ScrapeError
+from .errors import ScrapeError, ScrapeTimeout
 
 try:
     # The C module that `socket` wraps. `socket` itself turns every constant into an enum member when it
@@ -24,7 +24,7 @@ try:
 except ImportError:  # an interpreter without it: the module every other Python program uses
     import socket as net  # type: ignore[no-redef]
 
-__all__ = ["MAX_PAGE_BYTES", "fetch", "parse_url"]
+__all__ = ["MAX_PAGE_BYTES", "Answer", "exchange", "fetch", "parse_url"]
 
 # A vLLM page is ~50 KB; with hundreds of LoRA adapters and histograms a few MB. 32 MiB bounds memory
 # against a runaway page while leaving room for an unusual one.
@@ -74,7 +74,7 @@ def parse_url(url: str) -> tuple[str, int, str]:
 def _remaining(deadline: float, what: str, timeout: float) -> float:
     left = deadline - time.monotonic()
     if left <= 0:
-        raise ScrapeError(f"{what}: no complete answer within {timeout:g} s (--timeout)")
+        raise ScrapeTimeout(f"{what}: no complete answer within {timeout:g} s")
     return left
 
 
@@ -134,16 +134,77 @@ def _connect(host: bytes, port: int, deadline: float, where: str, timeout: float
     raise error or OSError(f"{host.decode('ascii', 'replace')} has no address")
 
 
-def fetch(url: str, timeout: float, max_bytes: int = MAX_PAGE_BYTES) -> bytes:
-    """GET `url` and return the body; ScrapeError for anything but a complete 2xx answer in time."""
+class Answer:
+    """An HTTP answer: its status code and reason, header fields (lowercase names) and body (decoded
+    from its transfer and content encodings when the code is 2xx)."""
+
+    __slots__ = ("body", "code", "headers", "reason")
+
+    def __init__(self, code: int, reason: str, headers: dict[str, str], body: bytes) -> None:
+        self.code = code
+        self.reason = reason
+        self.headers = headers
+        self.body = body
+
+
+# What a status tells the person reading the probe's line, beyond its number.
+_AUTH_HINT = (
+    "the route needs an API key: give it with --api-key-file PATH or STALLPROBE_API_KEY_FILE "
+    "(the engine's own VLLM_API_KEY or LLAMA_API_KEY is used when it is in the environment)"
+)
+
+
+def fetch(url: str, timeout: float, max_bytes: int = MAX_PAGE_BYTES, key: str = "") -> bytes:
+    """GET `url` and return the body; ScrapeError for anything but a complete 2xx answer in time
+    (ScrapeTimeout when the deadline passed)."""
+    answer = exchange(url, timeout, max_bytes=max_bytes, key=key)
+    if not 200 <= answer.code < 300:
+        raise ScrapeError(status_error(f"scrape {url}", answer))
+    return answer.body
+
+
+def status_error(where: str, answer: Answer) -> str:
+    """The line for an answer that is not a success: its status, and what to do about it."""
+    hint = ""
+    if 300 <= answer.code < 400:
+        hint = f" (redirect to {answer.headers.get('location', '?')[:200]} not followed)"
+    elif answer.code in (401, 403):
+        hint = f": {_AUTH_HINT}"
+    elif answer.code == 501:  # llama.cpp's server without --metrics
+        hint = ": the engine publishes no metrics (start llama-server with --metrics)"
+    return f"{where}: HTTP {answer.code} {answer.reason}".rstrip() + hint
+
+
+def exchange(
+    url: str,
+    timeout: float,
+    *,
+    method: str = "GET",
+    body: bytes = b"",
+    max_bytes: int = MAX_PAGE_BYTES,
+    key: str = "",
+    what: str = "scrape",
+) -> Answer:
+    """One HTTP/1.0 request to `url` and its whole answer, all within `timeout` seconds. ScrapeError
+    when there is no HTTP answer (refused, reset, malformed, too large), ScrapeTimeout when the deadline
+    passed. `key` is sent as a bearer token; `body` as JSON."""
     host, port, path = parse_url(url)
     deadline = time.monotonic() + timeout
-    where = f"scrape {url}"
+    where = f"{what} {url}"
     hostport = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    request = (
-        f"GET {path} HTTP/1.0\r\nHost: {hostport}\r\nAccept: text/plain\r\n"
-        "Accept-Encoding: identity\r\nUser-Agent: stallprobe\r\nConnection: close\r\n\r\n"
-    ).encode("latin-1", "replace")
+    fields = [
+        f"{method} {path} HTTP/1.0",
+        f"Host: {hostport}",
+        "Accept: text/plain, application/json",
+        "Accept-Encoding: identity",
+        "User-Agent: stallprobe",
+        "Connection: close",
+    ]
+    if key:
+        fields.append(f"Authorization: Bearer {key}")
+    if method != "GET":
+        fields += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
+    request = ("\r\n".join(fields) + "\r\n\r\n").encode("latin-1", "replace") + body
     data = bytearray()
     try:
         # A str host makes getaddrinfo import the idna codec (and with it `re`): ~3 ms a run. An ASCII
@@ -178,12 +239,12 @@ def fetch(url: str, timeout: float, max_bytes: int = MAX_PAGE_BYTES) -> bytes:
     except ConnectionRefusedError:
         raise ScrapeError(f"{where}: connection refused (is the engine up on {hostport}?)") from None
     except net.timeout:
-        raise ScrapeError(f"{where}: no complete answer within {timeout:g} s (--timeout)") from None
+        raise ScrapeTimeout(f"{where}: no complete answer within {timeout:g} s") from None
     except ConnectionResetError:
         raise ScrapeError(f"{where}: connection reset by the server") from None
     except OSError as exc:
         raise ScrapeError(f"{where}: {exc.strerror or exc}") from None
-    return _body(bytes(data), where, max_bytes)
+    return _answer(bytes(data), where, max_bytes)
 
 
 def _headers(head: bytes) -> dict[str, str]:
@@ -205,7 +266,7 @@ def _content_length(headers: dict[str, str], where: str) -> int:
     return int(text)
 
 
-def _body(data: bytes, where: str, max_bytes: int) -> bytes:
+def _answer(data: bytes, where: str, max_bytes: int) -> Answer:
     head_end = data.find(b"\r\n\r\n")
     if not data.startswith(b"HTTP/") or head_end < 0:
         if not data:
@@ -220,10 +281,7 @@ def _body(data: bytes, where: str, max_bytes: int) -> bytes:
     reason = status[2].decode("latin-1").strip()[:120] if len(status) > 2 else ""
     headers = _headers(head)
     if not 200 <= code < 300:
-        hint = ""
-        if 300 <= code < 400:
-            hint = f" (redirect to {headers.get('location', '?')[:200]} not followed)"
-        raise ScrapeError(f"{where}: HTTP {code} {reason}{hint}".rstrip())
+        return Answer(code, reason, headers, body)
     if "chunked" in headers.get("transfer-encoding", "").lower():
         body = _dechunk(body, where)
     else:
@@ -237,4 +295,4 @@ def _body(data: bytes, where: str, max_bytes: int) -> bytes:
         body = _decompress(body, encoding, max_bytes, where)
     elif encoding not in ("", "identity"):
         raise ScrapeError(f"{where}: unsupported Content-Encoding {encoding[:40]!r}")
-    return body
+    return Answer(code, reason, headers, body)

@@ -16,7 +16,7 @@ import threading
 import time
 
 from ..errors import ExitCode, UsageError
-from ..options import WATCH, dialect_names, help_lines, parse, url
+from ..options import WATCH, api_key, dialect_names, help_lines, parse, url
 from .hooks import HOOK_FLAGS
 from .poll import Watch, WatchConfig
 from .view import Output, once_code
@@ -124,6 +124,9 @@ def configure(argv: Sequence[str], environ: Mapping[str, str]) -> WatchConfig | 
         hooks=hooks,
         cooldown=values.number("cooldown"),
         hook_timeout=values.number("hook_timeout"),
+        # The key from --api-key-file only: a watch is not in the engine's container, and reads no
+        # environment variables.
+        key=api_key(values, {}),
     )
 
 

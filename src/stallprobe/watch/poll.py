@@ -19,9 +19,9 @@ from __future__ import annotations
 import threading
 import time
 
-from ..detector import DEFAULT_SATURATION, DEFAULT_WINDOW, EnginesAssessment, Verdict, assess_engines
+from ..detector import DEFAULT_SATURATION, DEFAULT_WINDOW, EnginesAssessment, Sample, Verdict, assess_engines
 from ..engines import choose, precision_note, read_engines
-from ..errors import ExitCode, MetricsError, ScrapeError, StallprobeError
+from ..errors import ExitCode, MetricsError, ScrapeError, ScrapeTimeout, StallprobeError
 from ..options import DEFAULT_COOLDOWN, DEFAULT_HOOK_TIMEOUT, DEFAULT_INTERVAL, DEFAULT_TIMEOUT
 from ..report import ERROR, UNREACHABLE, describe, note, num, secs
 from ..scrape import fetch
@@ -32,7 +32,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from ..detector import Assessment, Sample, State
+    from ..detector import Assessment, State
     from ..engines import Dialect
 
 __all__ = ["Row", "Watch", "WatchConfig"]
@@ -52,6 +52,7 @@ class WatchConfig:
         "include_waiting",
         "interval",
         "json",
+        "key",
         "names",
         "once",
         "progress",
@@ -78,6 +79,7 @@ class WatchConfig:
         hooks: Mapping[str, Sequence[str]] | None = None,
         cooldown: float = DEFAULT_COOLDOWN,
         hook_timeout: float = DEFAULT_HOOK_TIMEOUT,
+        key: str = "",
     ) -> None:
         self.urls = tuple(urls)
         self.interval = interval
@@ -96,6 +98,7 @@ class WatchConfig:
         self.hooks = {kind: tuple(argv) for kind, argv in (hooks or {}).items() if argv}
         self.cooldown = cooldown
         self.hook_timeout = hook_timeout
+        self.key = key  # the API key to send (--api-key-file), "" for none
 
 
 class Row:
@@ -173,7 +176,7 @@ class _Scrape:
         # endpoint must never take the view of the others down.
         try:
             try:
-                page = fetch(url, config.timeout)
+                page = fetch(url, config.timeout, key=config.key)
             except StallprobeError:
                 raise
             except Exception as exc:  # e.g. UnicodeError from a host the IDNA codec refuses
@@ -256,17 +259,15 @@ class Watch:
         scrape = endpoint.pending
         if scrape is None or not scrape.done.is_set():
             started = scrape.started if scrape else now
-            return [
-                _failure(
-                    endpoint.url,
-                    ScrapeError(
-                        f"scrape {endpoint.url}: no answer within {num(self.config.timeout)} s (--timeout); "
-                        f"still waiting after {secs(now - started)} s (is its host name resolving?)"
-                    ),
-                )
-            ]
+            silence = (
+                f"scrape {endpoint.url}: no answer within {num(self.config.timeout)} s; "
+                f"still waiting after {secs(now - started)} s (is its host name resolving?)"
+            )
+            return self._silent(endpoint, now, silence)
         endpoint.pending = None
         outcome = scrape.outcome
+        if isinstance(outcome, ScrapeTimeout):
+            return self._silent(endpoint, now, str(outcome))
         if outcome is None or isinstance(outcome, StallprobeError):
             return [_failure(endpoint.url, outcome or ScrapeError(f"scrape {endpoint.url}: no outcome"))]
         dialect, samples = outcome
@@ -289,6 +290,35 @@ class Watch:
             )
             for name, one in result.engines.items()
         ]
+
+    def _silent(self, endpoint: _Endpoint, now: float, silence: str) -> list[Row]:
+        """An endpoint that gave no answer in time, judged as the probe judges it: no sample, and the
+        stall clock runs from the last answer (a slow answer is not a wedge; silence for a window is)."""
+        previous = endpoint.states
+        names = list(previous) if previous else [""]
+        silent = {name: Sample(0, 0, 0, now, answered=False) for name in names}
+        result = assess_engines(previous, silent, self.config.window, self.config.saturation)
+        endpoint.states = result.states
+        prefix = f"scrape {endpoint.url}: "
+        why = silence[len(prefix) :] if silence.startswith(prefix) else silence
+        rows = []
+        for name, one in result.engines.items():
+            message = describe(EnginesAssessment({name: one}), previous, "", self.config.window, silence=silence)
+            code = ExitCode.STALLED if one.verdict is Verdict.STALLED else ExitCode.OK
+            rows.append(
+                Row(
+                    endpoint.url,
+                    name,
+                    one.verdict.value,
+                    int(code),
+                    message,
+                    engine=name if len(names) > 1 else None,
+                    dialect=endpoint.dialect.name if endpoint.dialect else None,
+                    stalled_for=one.stalled_for,
+                    note=f"{why}; nothing answered for {secs(one.stalled_for)} s",
+                )
+            )
+        return rows
 
 
 def _failure(url: str, exc: StallprobeError) -> Row:

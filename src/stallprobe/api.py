@@ -1,0 +1,109 @@
+"""The engine's HTTP API beyond /metrics: whether it is paused, how many requests are in flight, and the
+canary, one minimal completion. Each is asked only when the page alone cannot tell (the probe says when),
+so a healthy run never loads this module, nor json (which loads re).
+
+Each question has a deadline of its own. A question that goes unanswered, or that the engine does not
+serve (404), changes nothing: no answer is never "paused", and never "in flight". Only the canary's
+silence is evidence, and only of the kind the page cannot give: requests hung at an engine that looks idle.
+"""
+
+from __future__ import annotations
+
+import time
+
+from .errors import MetricsError, ScrapeError, ScrapeTimeout
+from .scrape import exchange, status_error
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from .scrape import Answer
+
+__all__ = ["canary", "in_flight", "is_paused", "origin"]
+
+# vLLM answers /is_paused through its engine core, between two steps: within milliseconds when it is
+# paused (the core is idle) or healthy; a wedged core never answers. A second is far above the first and
+# keeps the probe's run short when the core is wedged.
+PAUSE_QUERY_TIMEOUT = 1.0
+# The canary's prompt and its single token: the least work that goes through the whole engine.
+_CANARY_PROMPT = "Hi"
+_MAX_JSON = 1024 * 1024  # a model list or a one-token completion is a few KB
+
+
+def origin(url: str) -> str:
+    """`http://host:port` of a URL: where the engine's other routes are."""
+    slash = url.find("/", url.find("://") + 3)
+    return url if slash < 0 else url[:slash]
+
+
+def _json(answer: Answer, where: str) -> object:
+    import json
+
+    try:
+        return json.loads(answer.body.decode("utf-8"))
+    except ValueError:  # UnicodeDecodeError and JSONDecodeError alike
+        raise MetricsError(f"{where}: the answer is not JSON") from None
+
+
+def is_paused(base: str, route: str, key: str, timeout: float = PAUSE_QUERY_TIMEOUT) -> bool:
+    """Whether the engine says its operator paused it (vLLM: `{"is_paused": true}`). False for any other
+    answer, for none within the deadline, and for a route the engine does not serve."""
+    try:
+        answer = exchange(base + route, timeout, key=key, max_bytes=_MAX_JSON, what="ask")
+        if answer.code != 200:
+            return False
+        data = _json(answer, f"ask {base}{route}")
+    except (ScrapeError, MetricsError):
+        return False
+    return isinstance(data, dict) and data.get("is_paused") is True
+
+
+def in_flight(base: str, route: str, key: str, timeout: float) -> float:
+    """How many HTTP requests the server is serving (vLLM's /load, `{"server_load": N}`, counted only
+    with --enable-server-load-tracking); 0 when it does not say."""
+    try:
+        answer = exchange(base + route, timeout, key=key, max_bytes=_MAX_JSON, what="ask")
+        data = _json(answer, f"ask {base}{route}") if answer.code == 200 else None
+    except (ScrapeError, MetricsError):
+        return 0.0
+    value = data.get("server_load") if isinstance(data, dict) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+        return 0.0
+    return float(value)
+
+
+def canary(base: str, key: str, timeout: float) -> float | None:
+    """Send the canary: the model named by /v1/models, a one-token completion, all within `timeout`.
+
+    The seconds it took, or None when it got no complete answer in time (the evidence: requests hang).
+    Any other failure is unambiguous and raised: ScrapeError for a refusal or an HTTP error (a 401 says
+    how to give the key), MetricsError for an answer that is not the API's (HTML, not JSON, no model).
+    """
+    started = time.monotonic()
+    where = f"canary {base}/v1/models"
+    try:
+        answer = exchange(f"{base}/v1/models", timeout, key=key, max_bytes=_MAX_JSON, what="canary")
+        if answer.code != 200:
+            raise ScrapeError(status_error(where, answer))
+        data = _json(answer, where)
+        models = data.get("data") if isinstance(data, dict) else None
+        model = models[0].get("id") if isinstance(models, list) and models and isinstance(models[0], dict) else None
+        if not isinstance(model, str) or not model:
+            raise MetricsError(f"{where}: the answer names no model")
+        import json
+
+        body = json.dumps({"model": model, "prompt": _CANARY_PROMPT, "max_tokens": 1, "temperature": 0}).encode()
+        left = timeout - (time.monotonic() - started)
+        where = f"canary {base}/v1/completions"
+        if left <= 0:
+            return None
+        answer = exchange(
+            f"{base}/v1/completions", left, method="POST", body=body, key=key, max_bytes=_MAX_JSON, what="canary"
+        )
+        if answer.code != 200:
+            raise ScrapeError(status_error(where, answer))
+        data = _json(answer, where)
+        if not (isinstance(data, dict) and isinstance(data.get("choices"), list)):
+            raise MetricsError(f"{where}: the answer is not a completion")
+    except ScrapeTimeout:
+        return None
+    return time.monotonic() - started

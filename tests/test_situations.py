@@ -1,0 +1,380 @@
+"""The situations real engines are in, through the real command against a stub engine on loopback: a
+slow /metrics, a paused engine, requests hung at an engine that looks idle (the canary, the server's
+load), and routes that want an API key. Time passes by rewinding the state file, never by sleeping."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from conftest import fixture_page, rewind, vllm_page
+from stallprobe.errors import ExitCode
+
+# vLLM's answers, as 0.32 gives them (entrypoints/serve, entrypoints/rl/online).
+MODELS = json.dumps({"object": "list", "data": [{"id": "tiny-llama", "object": "model"}]}).encode()
+COMPLETION = json.dumps({"id": "cmpl-1", "object": "text_completion", "choices": [{"index": 0, "text": "!"}]}).encode()
+WINDOW = 120.0
+
+
+class Route:
+    """What the stub answers on one path: a status, a body, and how long it holds the answer first."""
+
+    def __init__(self, body: bytes, status: int = 200, hold: float = 0.0, content_type: str = "") -> None:
+        self.body = body
+        self.status = status
+        self.hold = hold
+        self.content_type = content_type or ("application/json" if body[:1] in b"{[" else "text/plain")
+
+
+class Stub:
+    """A stub vLLM on loopback: every request in a thread of its own, so a held route holds no other."""
+
+    def __init__(self) -> None:
+        self.routes: dict[str, Route] = {"/metrics": Route(vllm_page(0, 10, 10))}
+        self.seen: list[tuple[str, str, str]] = []  # (method, path, Authorization)
+        self.release = threading.Event()
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _answer(self) -> None:
+                stub.seen.append((self.command, self.path, self.headers.get("Authorization", "")))
+                length = int(self.headers.get("Content-Length") or 0)
+                if length:
+                    self.rfile.read(length)
+                route = stub.routes.get(self.path)
+                if route is None:
+                    self.send_response(404)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                if route.hold:
+                    stub.release.wait(route.hold)  # a hung engine: the client gives up first
+                self.send_response(route.status)
+                self.send_header("Content-Type", route.content_type)
+                self.send_header("Content-Length", str(len(route.body)))
+                self.end_headers()
+                self.wfile.write(route.body)
+
+            do_GET = do_POST = _answer
+
+            def log_message(self, format: str, *args: object) -> None:
+                return
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/metrics"
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread.start()
+
+    def count(self, path: str) -> int:
+        return sum(1 for _, seen, _ in self.seen if seen == path)
+
+    def close(self) -> None:
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def stub() -> Iterator[Stub]:
+    engine = Stub()
+    yield engine
+    engine.close()
+
+
+def probe(stub: Stub, state: Path, *args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
+    """The exact command a pod runs; its exit code and its one line."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("STALLPROBE_", "VLLM_", "LLAMA_"))}
+    result = subprocess.run(
+        [sys.executable, "-m", "stallprobe", "--url", stub.url, "--state-file", str(state), "--timeout", "1", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**clean, **(env or {})},
+        check=False,
+    )
+    assert result.stderr == ""
+    assert result.stdout.count("\n") == 1, result.stdout
+    return result.returncode, result.stdout.rstrip("\n")
+
+
+# --- a slow /metrics is not a wedge
+
+
+def test_a_busy_engine_whose_metrics_hold_past_the_deadline_is_suspect_until_the_window(
+    stub: Stub, tmp_path: Path
+) -> None:
+    state = tmp_path / "probe.state"
+    stub.routes["/metrics"] = Route(vllm_page(4, 100, 50))
+    assert probe(stub, state)[0] == ExitCode.OK  # baseline
+    stub.routes["/metrics"] = Route(vllm_page(4, 100, 50), hold=30)
+    for _ in range(3):
+        code, line = probe(stub, state)
+        assert code == ExitCode.OK, line
+        assert line.startswith(f"suspect: scrape {stub.url}: no complete answer within 1 s; nothing answered for ")
+    rewind(state, WINDOW)
+    code, line = probe(stub, state)
+    assert (code, line.split(";")[0]) == (
+        ExitCode.STALLED,
+        f"stalled: scrape {stub.url}: no complete answer within 1 s",
+    )
+    stub.routes["/metrics"] = Route(vllm_page(4, 110, 50))  # it answers, and it moved: alive
+    code, line = probe(stub, state)
+    assert (code, line.split(";")[0]) == (ExitCode.OK, "progressing: 4 running, 0 waiting")
+
+
+# --- paused on purpose: never restarted
+
+
+def test_a_pause_that_only_is_paused_tells_is_paused_not_stalled(stub: Stub, tmp_path: Path) -> None:
+    """vLLM's /pause?mode=keep freezes the page with requests running (a real page of it is a fixture):
+    only GET /is_paused tells, and it is asked only when the engine would otherwise be suspect."""
+    state = tmp_path / "probe.state"
+    stub.routes["/metrics"] = Route(fixture_page("vllm-0.32.0-cpu-paused-keep.prom"))
+    assert probe(stub, state)[0] == ExitCode.OK
+    assert stub.count("/is_paused") == 0  # a baseline asks nothing
+    stub.routes["/is_paused"] = Route(b'{"is_paused": true}')
+    rewind(state, WINDOW * 3)
+    code, line = probe(stub, state)
+    assert (code, line) == (
+        ExitCode.OK,
+        "paused: 4 running, 0 waiting; paused by its operator (/is_paused), "
+        "paused for 0.0 s: not judged until it resumes",
+    )
+    rewind(state, WINDOW * 3)
+    code, line = probe(stub, state)
+    assert (code, line) == (
+        ExitCode.OK,
+        "paused: 4 running, 0 waiting; paused by its operator (/is_paused), "
+        "paused for 6m00s: not judged until it resumes",
+    )
+    # Resumed and still frozen: the clock starts afresh, from the first run after the pause.
+    stub.routes["/is_paused"] = Route(b'{"is_paused": false}')
+    code, line = probe(stub, state)
+    assert (code, line.split(";")[0]) == (ExitCode.OK, "suspect: 4 running, 0 waiting")
+    assert "no token progress for 0." in line
+
+
+@pytest.mark.parametrize(
+    ("route", "why"),
+    [
+        (None, "the route is absent (404): not in dev mode"),
+        (Route(b'{"is_paused": true}', hold=30), "no answer within its deadline: a wedged core never answers"),
+        (Route(b"<html>paused</html>"), "not JSON"),
+        (Route(b'{"is_paused": "yes"}'), "not the answer vLLM gives"),
+        (Route(b'{"is_paused": true}', status=500), "an error"),
+    ],
+    ids=["absent", "hung", "html", "not_true", "error"],
+)
+def test_no_clear_answer_from_is_paused_is_never_paused(
+    stub: Stub, tmp_path: Path, route: Route | None, why: str
+) -> None:
+    state = tmp_path / "probe.state"
+    stub.routes["/metrics"] = Route(vllm_page(4, 100, 50))
+    if route is not None:
+        stub.routes["/is_paused"] = route
+    probe(stub, state)
+    rewind(state, WINDOW)
+    started = time.monotonic()
+    code, line = probe(stub, state)
+    assert (code, line.split(":")[0]) == (ExitCode.STALLED, "stalled"), why
+    assert stub.count("/is_paused") == 1
+    assert time.monotonic() - started < 20  # the question has its own deadline (1 s)
+
+
+def test_an_engine_asleep_is_paused_from_its_page_alone(stub: Stub, tmp_path: Path) -> None:
+    state = tmp_path / "probe.state"
+    asleep = vllm_page(4, 100, 50) + (
+        b'vllm:engine_sleep_state{engine="0",model_name="m",sleep_state="awake"} 0.0\n'
+        b'vllm:engine_sleep_state{engine="0",model_name="m",sleep_state="weights_offloaded"} 1.0\n'
+    )
+    stub.routes["/metrics"] = Route(asleep)
+    for paused_for in ("0.0 s", "4m00s", "8m00s"):
+        code, line = probe(stub, state)
+        assert (code, line) == (
+            ExitCode.OK,
+            f"paused: 4 running, 0 waiting; asleep (sleep mode), paused for {paused_for}: not judged until it resumes",
+        )
+        rewind(state, WINDOW * 2)
+    assert stub.count("/is_paused") == 0  # the page said it: nothing more to ask
+
+
+def test_paused_in_json(stub: Stub, tmp_path: Path) -> None:
+    state = tmp_path / "probe.state"
+    stub.routes["/metrics"] = Route(vllm_page(4, 100, 50))
+    stub.routes["/is_paused"] = Route(b'{"is_paused": true}')
+    probe(stub, state)
+    rewind(state, 30)
+    code, line = probe(stub, state, "--json")
+    fields = json.loads(line)
+    assert (code, fields["verdict"], fields["paused"]) == (0, "paused", "paused by its operator (/is_paused)")
+    assert fields["paused_for"] == 0
+
+
+# --- requests hung at an engine that looks idle
+
+
+def test_a_healthy_idle_engine_answers_the_canary_and_gets_few(stub: Stub, tmp_path: Path) -> None:
+    state = tmp_path / "probe.state"
+    stub.routes["/v1/models"] = Route(MODELS)
+    stub.routes["/v1/completions"] = Route(COMPLETION)
+    assert probe(stub, state, "--canary")[1].startswith("baseline: ")
+    code, line = probe(stub, state, "--canary")
+    assert code == ExitCode.OK
+    assert line.startswith("idle: 0 running, 0 waiting; the canary was answered in ")
+    for _ in range(3):  # within --canary-interval: no second canary
+        assert probe(stub, state, "--canary") == (ExitCode.OK, "idle: 0 running, 0 waiting")
+    assert stub.count("/v1/completions") == 1
+    (body,) = [seen for seen in stub.seen if seen[1] == "/v1/completions"]
+    assert body[0] == "POST"
+    rewind(state, 601)  # the default interval: 10 minutes
+    assert probe(stub, state, "--canary")[1].startswith("idle: 0 running, 0 waiting; the canary was answered in ")
+    assert stub.count("/v1/completions") == 2
+
+
+def test_requests_hung_at_an_idle_looking_engine_are_stalled_with_the_canary(stub: Stub, tmp_path: Path) -> None:
+    """The engine core frozen while idle: requests hang, the page says 0 running, 0 waiting. Without the
+    canary the probe cannot see it; with it, a canary that gets no answer starts the clock."""
+    state = tmp_path / "probe.state"
+    stub.routes["/v1/models"] = Route(MODELS)
+    stub.routes["/v1/completions"] = Route(COMPLETION, hold=30)
+    probe(stub, state, "--canary")
+    code, line = probe(stub, state, "--canary")
+    assert (code, line) == (
+        ExitCode.OK,
+        "suspect: 0 running, 0 waiting, 1 in flight outside them; no token progress for 0.0 s (window 120 s); "
+        "the canary got no answer within 1.0 s",
+    )
+    code, line = probe(stub, state, "--canary")  # owed an answer: sent again at once, whatever the interval
+    assert code == ExitCode.OK
+    assert stub.count("/v1/completions") == 2
+    rewind(state, WINDOW)
+    code, line = probe(stub, state, "--canary")
+    assert (code, line.split(";")[0]) == (ExitCode.STALLED, "stalled: 0 running, 0 waiting, 1 in flight outside them")
+    # Without --canary the same engine is idle, forever: the README says so.
+    other = tmp_path / "plain.state"
+    probe(stub, other)
+    rewind(other, WINDOW * 10)
+    assert probe(stub, other) == (ExitCode.OK, "idle: 0 running, 0 waiting")
+
+
+def test_an_answered_canary_ends_the_stall_clock(stub: Stub, tmp_path: Path) -> None:
+    state = tmp_path / "probe.state"
+    stub.routes["/v1/models"] = Route(MODELS)
+    stub.routes["/v1/completions"] = Route(COMPLETION, hold=30)
+    probe(stub, state, "--canary")
+    assert probe(stub, state, "--canary")[1].startswith("suspect: ")
+    stub.routes["/v1/completions"] = Route(COMPLETION)
+    rewind(state, WINDOW - 10)
+    code, line = probe(stub, state, "--canary")
+    assert (code, line.split(";")[0]) == (ExitCode.OK, "idle: 0 running, 0 waiting")
+
+
+def test_a_busy_engine_never_gets_a_canary(stub: Stub, tmp_path: Path) -> None:
+    state = tmp_path / "probe.state"
+    stub.routes["/v1/models"] = Route(MODELS)
+    stub.routes["/v1/completions"] = Route(COMPLETION)
+    for generation in (100, 100, 120, 120):
+        stub.routes["/metrics"] = Route(vllm_page(3, generation, 50))
+        probe(stub, state, "--canary")
+    stub.routes["/metrics"] = Route(vllm_page(0, 120, 50, waiting=2))  # queued: not idle either
+    probe(stub, state, "--canary")
+    stub.routes["/metrics"] = Route(vllm_page(0, 130, 60))  # idle, but it just moved
+    probe(stub, state, "--canary")
+    assert stub.count("/v1/models") == stub.count("/v1/completions") == 0
+
+
+@pytest.mark.parametrize(
+    ("models", "completions", "code", "words"),
+    [
+        (Route(b"<html>login</html>"), Route(COMPLETION), ExitCode.METRICS, "canary "),
+        (Route(b'{"data": []}'), Route(COMPLETION), ExitCode.METRICS, "the answer names no model"),
+        (Route(b"not json"), Route(COMPLETION), ExitCode.METRICS, "the answer is not JSON"),
+        (Route(MODELS), Route(b'{"error": "boom"}', status=500), ExitCode.SCRAPE, "HTTP 500"),
+        (Route(MODELS), Route(b'{"error": "Unauthorized"}', status=401), ExitCode.SCRAPE, "needs an API key"),
+        (Route(MODELS), Route(b'{"nothing": 1}'), ExitCode.METRICS, "not a completion"),
+    ],
+    ids=["html", "no_model", "not_json", "server_error", "unauthorized", "not_a_completion"],
+)
+def test_a_canary_that_gets_a_wrong_answer_is_one_line_and_its_code(
+    stub: Stub, tmp_path: Path, models: Route, completions: Route, code: int, words: str
+) -> None:
+    state = tmp_path / "probe.state"
+    stub.routes["/v1/models"] = models
+    stub.routes["/v1/completions"] = completions
+    probe(stub, state, "--canary")
+    got, line = probe(stub, state, "--canary")
+    assert got == code, line
+    assert line.startswith("error: canary ")
+    assert words in line
+
+
+def test_requests_the_server_counts_in_flight_at_an_idle_looking_engine_are_stalled(stub: Stub, tmp_path: Path) -> None:
+    """vLLM's /load with --enable-server-load-tracking: no canary needed."""
+    state = tmp_path / "probe.state"
+    stub.routes["/load"] = Route(b'{"server_load": 3}')
+    probe(stub, state, "--server-load")
+    code, line = probe(stub, state, "--server-load")
+    assert (code, line.split(";")[0]) == (ExitCode.OK, "suspect: 0 running, 0 waiting, 3 in flight outside them")
+    assert line.endswith("the server has 3 requests in flight")
+    rewind(state, WINDOW)
+    assert probe(stub, state, "--server-load")[0] == ExitCode.STALLED
+    stub.routes["/load"] = Route(b'{"server_load": 0}')  # tracking off says 0: nothing changes
+    other = tmp_path / "other.state"
+    probe(stub, other, "--server-load")
+    rewind(other, WINDOW)
+    assert probe(stub, other, "--server-load") == (ExitCode.OK, "idle: 0 running, 0 waiting")
+
+
+# --- credentials
+
+
+def test_the_engines_own_key_is_sent_and_never_shown(stub: Stub, tmp_path: Path) -> None:
+    state = tmp_path / "probe.state"
+    code, line = probe(stub, state, env={"VLLM_API_KEY": "sk-secret-1"})
+    assert code == ExitCode.OK
+    assert stub.seen[-1][2] == "Bearer sk-secret-1"
+    assert "sk-secret" not in line
+    probe(stub, state, env={"LLAMA_API_KEY": "k1,k2"})
+    assert stub.seen[-1][2] == "Bearer k1"
+
+
+def test_a_key_file_wins_and_a_bad_one_is_a_usage_error(stub: Stub, tmp_path: Path) -> None:
+    state = tmp_path / "probe.state"
+    key = tmp_path / "key"
+    key.write_text("sk-from-file\n")
+    probe(stub, state, "--api-key-file", str(key), env={"VLLM_API_KEY": "sk-env"})
+    assert stub.seen[-1][2] == "Bearer sk-from-file"
+    code, line = probe(stub, state, "--api-key-file", str(tmp_path / "absent"))
+    assert (code, line) == (ExitCode.USAGE, f"error: --api-key-file {tmp_path / 'absent'}: No such file or directory")
+    key.write_text("two\nlines\n")
+    code, line = probe(stub, state, "--api-key-file", str(key))
+    assert code == ExitCode.USAGE
+    assert line == "error: --api-key-file must hold one API key of printable ASCII characters (the key is not shown)"
+    assert "two" not in line
+
+
+@pytest.mark.parametrize(
+    ("status", "words"),
+    [
+        (401, "HTTP 401 Unauthorized: the route needs an API key: give it with --api-key-file PATH"),
+        (403, "HTTP 403 Forbidden: the route needs an API key"),
+        (501, "HTTP 501 Not Implemented: the engine publishes no metrics (start llama-server with --metrics)"),
+    ],
+)
+def test_a_route_that_wants_a_key_or_metrics_that_are_off_say_so(
+    stub: Stub, tmp_path: Path, status: int, words: str
+) -> None:
+    stub.routes["/metrics"] = Route(b'{"error": "Invalid API Key"}', status=status)
+    code, line = probe(stub, tmp_path / "probe.state")
+    assert code == ExitCode.SCRAPE
+    assert line.startswith(f"error: scrape {stub.url}: {words}")
