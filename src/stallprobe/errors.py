@@ -39,7 +39,7 @@ EXIT_MEANINGS = {
     ExitCode.OK: "alive: baseline, idle, paused, progressing, saturated or suspect (a slow answer is suspect)",
     ExitCode.STALLED: "stalled: busy and no token progress, or no answer at all, for the window",
     ExitCode.USAGE: "usage error: a flag or environment variable is invalid",
-    ExitCode.SCRAPE: "scrape or canary failed: refused, reset, an empty reply, non-2xx (401: give the API key), too large",
+    ExitCode.SCRAPE: "scrape or canary failed: refused, reset, empty, non-2xx (401: give the API key), too large",
     ExitCode.METRICS: "not a metrics page, no known engine or several, or a required metric missing or unusable",
     ExitCode.STATE: "the state file cannot be read or written (read-only or full filesystem)",
 }
