@@ -12,7 +12,17 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from realengine import LlamaCppServer, Probe, http_get, read_families, thaw, thread_state
+from conftest import rewind
+from realengine import (
+    LlamaCppServer,
+    Probe,
+    busiest_thread,
+    freeze_thread,
+    http_get,
+    read_families,
+    thaw,
+    thread_state,
+)
 
 COUNTERS = ("llamacpp:n_decode_total", "llamacpp:tokens_predicted_total", "llamacpp:prompt_tokens_total")
 PROCESSING = "llamacpp:requests_processing"
@@ -135,3 +145,43 @@ def test_probe_keeps_a_generating_engine_alive_and_fails_a_wedged_one(tmp_path: 
             time.sleep(0.3)
             code, fields = run(probe)
         assert (code, fields["verdict"]) == (0, "progressing"), engine.log_tail()
+
+
+def test_a_healthy_idle_engine_answers_the_canary_and_one_frozen_while_idle_is_stalled(tmp_path: Path) -> None:
+    """Idle: the canary is answered and the engine stays idle. Its inference loop frozen while idle: here
+    llama.cpp's /metrics is served by that loop, so the page gives no answer, which is `suspect` (a slow
+    answer is not a wedge) and, once nothing has answered for the window, `stalled`: the probe needs no
+    canary for it (measured: every scrape timed out). A page that still answered would leave the canary
+    unanswered: `suspect` and `stalled` all the same."""
+    window = 3.0
+    with LlamaCppServer() as engine:
+        generation = engine.generate()
+        loop = busiest_thread(engine.pid)  # the inference loop, found while it works
+        generation.close()
+        deadline = time.monotonic() + 20
+        while scrape(engine.metrics_url)[PROCESSING] and time.monotonic() < deadline:
+            time.sleep(0.2)  # bounded: until the hung-up request has left its slot
+        assert scrape(engine.metrics_url)[PROCESSING] == 0
+
+        state = tmp_path / "probe.state"
+        probe = Probe(engine.metrics_url, state, window, timeout=30, extra=["--canary", "--timeout", "2"])
+        assert run(probe)[1]["verdict"] == "baseline"
+        code, fields = run(probe)
+        assert (code, fields["verdict"]) == (0, "idle")
+        assert str(fields["message"]).startswith("idle: 0 running, 0 waiting; the canary was answered in ")
+
+        frozen = freeze_thread(engine.pid, loop)
+        try:
+            assert http_get(engine.health_url, timeout=5) == (200, '{"status":"ok"}')
+            code, fields = run(probe)
+            assert (code, fields["verdict"]) == (0, "suspect"), fields
+            # The page gives no answer (the loop serves it), or, should it answer, the canary gets none.
+            message = str(fields["message"])
+            assert "no complete answer within 2 s" in message or "the canary got no answer" in message, message
+            rewind(state, window)
+            code, fields = run(probe)
+            assert (code, fields["verdict"]) == (1, "stalled"), fields
+        finally:
+            thaw(frozen)
+        code, fields = run(probe)
+        assert (code, fields["verdict"]) == (0, "idle"), engine.log_tail()
