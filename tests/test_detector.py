@@ -766,3 +766,10 @@ def test_bad_signal_entries_in_a_dict_are_refused() -> None:
     for signals in ({1: 2.0}, {"kv": True}, {"kv": None}):
         with pytest.raises(ValueError, match="must be a number"):
             Sample.from_dict({**base, "signals": signals})
+
+
+def test_replace_changes_only_what_it_is_given() -> None:
+    sample = Sample(1, 2, 3, 4, 5, signals={"kv": 0.5}, pending=2, paused="asleep", answered=False)
+    assert sample.replace() == sample
+    assert sample.replace(pending=0) == Sample(1, 2, 3, 4, 5, signals={"kv": 0.5}, paused="asleep", answered=False)
+    assert sample.replace(paused="") == Sample(1, 2, 3, 4, 5, signals={"kv": 0.5}, pending=2, answered=False)

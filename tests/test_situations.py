@@ -378,3 +378,26 @@ def test_a_route_that_wants_a_key_or_metrics_that_are_off_say_so(
     code, line = probe(stub, tmp_path / "probe.state")
     assert code == ExitCode.SCRAPE
     assert line.startswith(f"error: scrape {stub.url}: {words}")
+
+
+def test_watch_asks_a_stuck_looking_vllm_whether_it_is_paused_and_never_runs_its_stalled_hook(
+    stub: Stub, tmp_path: Path
+) -> None:
+    """The watchdog's own first rule: a paused engine is shown paused, and --on-stalled does not run."""
+    stub.routes["/metrics"] = Route(vllm_page(4, 100, 50))
+    stub.routes["/is_paused"] = Route(b'{"is_paused": true}')
+    marker = tmp_path / "restarted"
+    watch = ["watch", "--once", "--json", "--interval", "0.3", "--window", "0.1", "--on-stalled", f"touch {marker}"]
+    result = subprocess.run(
+        [sys.executable, "-m", "stallprobe", *watch, stub.url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == ExitCode.OK, result.stdout + result.stderr
+    (row,) = [json.loads(line) for line in result.stdout.splitlines()]
+    assert (row["verdict"], row["hook"]) == ("paused", None)
+    assert str(row["message"]).startswith("paused: 4 running, 0 waiting; paused by its operator (/is_paused)")
+    assert stub.count("/is_paused") == 1  # asked once: on the second poll, when it looked stuck
+    assert not marker.exists()

@@ -16,9 +16,12 @@ from .scrape import exchange, status_error
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from .detector import Sample
     from .scrape import Answer
 
-__all__ = ["canary", "in_flight", "is_paused", "origin"]
+__all__ = ["ask_paused", "canary", "in_flight", "is_paused", "origin"]
 
 # vLLM answers /is_paused through its engine core, between two steps: within milliseconds when it is
 # paused (the core is idle) or healthy; a wedged core never answers. A second is far above the first and
@@ -55,6 +58,15 @@ def is_paused(base: str, route: str, key: str, timeout: float = PAUSE_QUERY_TIME
     except (ScrapeError, MetricsError):
         return False
     return isinstance(data, dict) and data.get("is_paused") is True
+
+
+def ask_paused(samples: Mapping[str, Sample], base: str, route: str, key: str) -> dict[str, Sample] | None:
+    """For an engine that would otherwise be judged suspect or stalled (and only then: a healthy run
+    asks nothing): its samples marked paused when the engine says its operator paused it, else None."""
+    if not is_paused(base, route, key):
+        return None
+    why = f"paused by its operator ({route})"
+    return {name: sample.replace(paused=sample.paused or why) for name, sample in samples.items()}
 
 
 def in_flight(base: str, route: str, key: str, timeout: float) -> float:

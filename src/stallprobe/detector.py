@@ -198,6 +198,20 @@ class Sample:
         # False: the page gave no answer in time; the numbers mean nothing.
         self.answered = answered
 
+    def replace(self, *, pending: float | None = None, paused: str | None = None) -> Sample:
+        """A copy with requests pending outside the gauges, or paused, as given."""
+        return Sample(
+            self.running,
+            self.generation,
+            self.prompt,
+            self.t,
+            self.waiting,
+            signals=self.signals,
+            pending=self.pending if pending is None else pending,
+            paused=self.paused if paused is None else paused,
+            answered=self.answered,
+        )
+
     def _key(self) -> tuple[object, ...]:
         numbers = tuple(getattr(self, name) for name in _FIELDS)
         return (*numbers, tuple(self.signals.items()), self.pending, self.paused, self.answered)

@@ -131,11 +131,11 @@ def run(config: Config) -> int:
     result = assess_engines(previous, samples, config.window, config.saturation, include_waiting=config.include_waiting)
     if result.verdict in (Verdict.SUSPECT, Verdict.STALLED) and dialect.pause_route:
         # Asked only now, so a healthy run costs nothing more; no answer is never "paused".
-        from .api import is_paused, origin
+        from .api import ask_paused, origin
 
-        if is_paused(origin(config.url), dialect.pause_route, config.key):
-            why_paused = f"paused by its operator ({dialect.pause_route})"
-            samples = {name: _with(sample, paused=sample.paused or why_paused) for name, sample in samples.items()}
+        paused = ask_paused(samples, origin(config.url), dialect.pause_route, config.key)
+        if paused is not None:
+            samples = paused
             result = assess_engines(
                 previous, samples, config.window, config.saturation, include_waiting=config.include_waiting
             )
@@ -192,21 +192,7 @@ def _ask_idle(
             note = f"the canary was answered in {secs(took)} s"
     if not pending:
         return samples, note
-    return {name: _with(sample, pending=pending) for name, sample in samples.items()}, note
-
-
-def _with(sample: Sample, *, pending: float | None = None, paused: str | None = None) -> Sample:
-    """A copy of `sample` with requests pending outside its gauges, or paused."""
-    return Sample(
-        sample.running,
-        sample.generation,
-        sample.prompt,
-        sample.t,
-        sample.waiting,
-        signals=sample.signals,
-        pending=sample.pending if pending is None else pending,
-        paused=sample.paused if paused is None else paused,
-    )
+    return {name: sample.replace(pending=pending) for name, sample in samples.items()}, note
 
 
 def _report(

@@ -164,14 +164,14 @@ class Row:
 class _Scrape:
     """One scrape and read of a page, in a thread of its own; `done` is set when it has an outcome."""
 
-    def __init__(self, url: str, config: WatchConfig) -> None:
+    def __init__(self, url: str, config: WatchConfig, previous: dict[str, State] | None) -> None:
         self.started = time.monotonic()
         self.done = threading.Event()
         self.outcome: tuple[Dialect, dict[str, Sample]] | StallprobeError | None = None
-        thread = threading.Thread(target=self._run, args=(url, config), name=f"scrape {url}", daemon=True)
+        thread = threading.Thread(target=self._run, args=(url, config, previous), name=f"scrape {url}", daemon=True)
         thread.start()
 
-    def _run(self, url: str, config: WatchConfig) -> None:
+    def _run(self, url: str, config: WatchConfig, previous: dict[str, State] | None) -> None:
         # Anything a hostile page or host makes the library raise stays on this endpoint's row: one
         # endpoint must never take the view of the others down.
         try:
@@ -185,11 +185,22 @@ class _Scrape:
             try:
                 # Read as the probe reads it (probe.run): the same engine, names and extra signals.
                 dialect = choose(page, config.engine, config.names)
-                self.outcome = (dialect, read_engines(page, now, dialect, config.progress))
+                samples = read_engines(page, now, dialect, config.progress)
             except StallprobeError:
                 raise
             except Exception as exc:
                 raise MetricsError(f"unreadable page: {exc}") from None
+            if dialect.pause_route and previous:
+                # As the probe does: an engine that would be suspect or stalled is asked whether its
+                # operator paused it (here, off the poll's thread: a wedged core never answers).
+                would = assess_engines(
+                    previous, samples, config.window, config.saturation, include_waiting=config.include_waiting
+                )
+                if would.verdict in (Verdict.SUSPECT, Verdict.STALLED):
+                    from ..api import ask_paused, origin
+
+                    samples = ask_paused(samples, origin(url), dialect.pause_route, config.key) or samples
+            self.outcome = (dialect, samples)
         except StallprobeError as exc:
             self.outcome = exc
         finally:
@@ -220,7 +231,7 @@ class Watch:
         """Scrape every endpoint at once, judge each engine, run the hooks; the rows, in URL order."""
         for endpoint in self.endpoints:
             if endpoint.pending is None:
-                endpoint.pending = _Scrape(endpoint.url, self.config)
+                endpoint.pending = _Scrape(endpoint.url, self.config, endpoint.states)
         deadline = time.monotonic() + self.config.timeout + _GRACE
         for endpoint in self.endpoints:
             if endpoint.pending is not None:
