@@ -445,4 +445,6 @@ def test_a_pause_sign_and_a_dialect_default_to_nothing_paused() -> None:
     zero = PauseSign("f", "why", when_zero=True, label="l", value="v")
     assert (zero.when_zero, zero.label, zero.value) == (True, "l", "v")
     plain = Dialect("x", running="r", waiting="w", prompt="p", generation="g", port=1, hints=("x",))
-    assert (plain.pause_signs, plain.pause_route, plain.load_route) == ((), "", "")
+    assert (plain.pause_signs, plain.pause_route, plain.load_route, plain.health_route) == ((), "", "", "/health")
+    assert [d.health_route for d in DIALECTS] == ["/health"] * 3
+    assert VLLM.with_names(running="x").health_route == "/health"

@@ -54,6 +54,7 @@ class Dialect:
         "digits",
         "engine_label",
         "generation",
+        "health_route",
         "hints",
         "load_route",
         "name",
@@ -82,6 +83,7 @@ class Dialect:
         pause_signs: Sequence[PauseSign] = (),
         pause_route: str = "",
         load_route: str = "",
+        health_route: str = "/health",
     ) -> None:
         self.name = name
         self.running = running  # gauge: requests in the running batch; busy means > 0
@@ -99,6 +101,8 @@ class Dialect:
         self.pause_route = pause_route
         # A route that answers how many HTTP requests are in flight ("" when it has none).
         self.load_route = load_route
+        # The route that answers 2xx once the engine serves (llama.cpp's says 503 "Loading model" before).
+        self.health_route = health_route
 
     def with_names(
         self,
@@ -127,6 +131,7 @@ class Dialect:
             pause_signs=self.pause_signs,
             pause_route=self.pause_route,
             load_route=self.load_route,
+            health_route=self.health_route,
         )
 
     def required(self) -> tuple[str, str, str]:
