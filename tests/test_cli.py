@@ -399,7 +399,8 @@ def test_sixteen_probes_at_once_leave_a_valid_file(engine: Engine, state_file: s
     saved, why = load(state_file, read_boot_id())
     assert saved is not None
     assert why == ""
-    assert os.listdir(os.path.dirname(state_file)) == ["probe.state"]  # no temporaries left behind
+    # No temporaries left behind; the lock file stays (removing it could let two probes lock two files).
+    assert sorted(os.listdir(os.path.dirname(state_file))) == ["probe.state", "probe.state.lock"]
 
 
 # --- flags and environment
@@ -444,9 +445,10 @@ def test_default_state_file_is_per_url_in_tmpdir(engine: Engine, tmp_path: Path)
     probe("--url", engine.url, env={"TMPDIR": str(tmp_path)})
     other = engine.url.replace("/metrics", "/metrics?x=1")
     probe("--url", other, env={"TMPDIR": str(tmp_path)})
-    names = sorted(p.name for p in tmp_path.iterdir())
+    names = sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock"))
     assert len(names) == 2
     assert all(n.startswith("stallprobe-localhost_") and n.endswith(".state") for n in names)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.endswith(".lock")) == [f"{n}.lock" for n in names]
 
 
 USAGE: list[tuple[list[str], dict[str, str], str]] = [

@@ -268,7 +268,8 @@ def test_full_disk_is_exit_5_and_keeps_the_last_state(good_page: str, tmp_path: 
         "mount an emptyDir at /tmp or point --state-file elsewhere\n"
     )
     assert state.read_bytes() == saved
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["probe.state"]  # no temporary left behind
+    # No temporary left behind (the lock file is the state's own, and stays).
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["probe.state", "probe.state.lock"]
 
 
 def test_state_from_another_boot_restarts_the_baseline(good_page: str, tmp_path: Path) -> None:

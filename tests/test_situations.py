@@ -10,7 +10,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import pytest
 
 from conftest import fixture_page, rewind, vllm_page
 from stallprobe.errors import ExitCode
+from stallprobe.statefile import load, read_boot_id
 
 # vLLM's answers, as 0.32 gives them (entrypoints/serve, entrypoints/rl/online).
 MODELS = json.dumps({"object": "list", "data": [{"id": "tiny-llama", "object": "model"}]}).encode()
@@ -26,13 +28,17 @@ WINDOW = 120.0
 
 
 class Route:
-    """What the stub answers on one path: a status, a body, and how long it holds the answer first."""
+    """What the stub answers on one path: a status, a body (or what makes a new one for every request),
+    and how long it holds the answer first."""
 
-    def __init__(self, body: bytes, status: int = 200, hold: float = 0.0, content_type: str = "") -> None:
-        self.body = body
+    def __init__(
+        self, body: bytes | Callable[[], bytes], status: int = 200, hold: float = 0.0, content_type: str = ""
+    ) -> None:
+        fixed = b"" if callable(body) else body
+        self.make: Callable[[], bytes] = body if callable(body) else (lambda: fixed)
         self.status = status
         self.hold = hold
-        self.content_type = content_type or ("application/json" if body[:1] in b"{[" else "text/plain")
+        self.content_type = content_type or ("application/json" if fixed[:1] in b"{[" else "text/plain")
 
 
 class Stub:
@@ -58,11 +64,12 @@ class Stub:
                     return
                 if route.hold:
                     stub.release.wait(route.hold)  # a hung engine: the client gives up first
+                body = route.make()
                 self.send_response(route.status)
                 self.send_header("Content-Type", route.content_type)
-                self.send_header("Content-Length", str(len(route.body)))
+                self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
-                self.wfile.write(route.body)
+                self.wfile.write(body)
 
             do_GET = do_POST = _answer
 
@@ -401,3 +408,100 @@ def test_watch_asks_a_stuck_looking_vllm_whether_it_is_paused_and_never_runs_its
     assert str(row["message"]).startswith("paused: 4 running, 0 waiting; paused by its operator (/is_paused)")
     assert stub.count("/is_paused") == 1  # asked once: on the second poll, when it looked stuck
     assert not marker.exists()
+
+
+# --- readiness: serving and not stuck, from the same history as liveness
+
+
+def test_ready_when_serving_and_moving_and_a_saturated_engine_stays_ready(stub: Stub, tmp_path: Path) -> None:
+    state = tmp_path / "probe.state"
+    stub.routes["/health"] = Route(b"")
+    stub.routes["/metrics"] = Route(vllm_page(4, 100, 50))
+    assert probe(stub, state, "--ready")[1].startswith("ready: baseline: 4 running")
+    stub.routes["/metrics"] = Route(vllm_page(12, 110, 50, waiting=99))
+    code, line = probe(stub, state, "--ready")
+    assert (code, line.split(";")[0]) == (ExitCode.OK, "ready: saturated: 12 running, 99 waiting")
+
+
+def test_not_ready_while_the_engine_says_it_is_loading(stub: Stub, tmp_path: Path) -> None:
+    stub.routes["/health"] = Route(b'{"error": {"message": "Loading model"}}', status=503)
+    code, line = probe(stub, tmp_path / "probe.state", "--ready")
+    assert (code, line) == (
+        ExitCode.STALLED,
+        f"not ready: health {stub.url.replace('/metrics', '/health')}: HTTP 503 Service Unavailable",
+    )
+
+
+def test_readiness_drains_a_wedged_engine_long_before_liveness_restarts_it(stub: Stub, tmp_path: Path) -> None:
+    """One state file, two windows: readiness fails after --drain-after (30 s), liveness only after its
+    window (120 s); each run of either judges the same stall clock."""
+    state = tmp_path / "probe.state"
+    stub.routes["/health"] = Route(b"")
+    stub.routes["/metrics"] = Route(vllm_page(4, 100, 50))
+    probe(stub, state)
+    rewind(state, 20)
+    assert probe(stub, state, "--ready")[0] == ExitCode.OK  # suspect for 20 s: still ready
+    rewind(state, 15)
+    code, line = probe(stub, state, "--ready")
+    assert (code, line.split(";")[0]) == (ExitCode.STALLED, "not ready: stalled: 4 running, 0 waiting")
+    assert "(window 30 s)" in line
+    code, line = probe(stub, state)  # liveness: the same clock, 35 s, its own window
+    assert (code, line.split(";")[0]) == (ExitCode.OK, "suspect: 4 running, 0 waiting")
+    assert "no token progress for 35" in line
+    rewind(state, 90)
+    assert probe(stub, state)[0] == ExitCode.STALLED
+    stub.routes["/metrics"] = Route(vllm_page(4, 120, 50))  # it moves again: ready again
+    assert probe(stub, state, "--ready")[1].startswith("ready: progressing: 4 running")
+
+
+def test_a_paused_engine_is_alive_but_not_ready(stub: Stub, tmp_path: Path) -> None:
+    state = tmp_path / "probe.state"
+    stub.routes["/health"] = Route(b"")
+    asleep = vllm_page(0, 100, 50) + b'vllm:engine_sleep_state{engine="0",model_name="m",sleep_state="awake"} 0.0\n'
+    stub.routes["/metrics"] = Route(asleep)
+    assert probe(stub, state)[0] == ExitCode.OK
+    code, line = probe(stub, state, "--ready")
+    assert (code, line.split(";")[0]) == (ExitCode.STALLED, "not ready: paused: 0 running, 0 waiting")
+
+
+def test_liveness_and_readiness_at_once_never_lose_a_sample_nor_reset_the_clock(stub: Stub, tmp_path: Path) -> None:
+    """24 runs at once, half of each kind, against an engine whose counter moves on every scrape: the
+    state ends with the highest counter served. Then the same against a frozen engine: the stall clock
+    that the first run started is the one every later run keeps."""
+    state = tmp_path / "probe.state"
+    stub.routes["/health"] = Route(b"")
+    served = [0]
+    lock = threading.Lock()
+
+    def moving() -> bytes:
+        with lock:
+            served[0] += 1
+            number = served[0]
+        if number % 3 == 1:
+            # Held: this page was served early but its run finishes late, after runs that got higher
+            # counters: the order in which runs save is not the order of their pages.
+            time.sleep(0.3)
+        return vllm_page(4, 100 + number, 50)
+
+    stub.routes["/metrics"] = Route(moving)
+    flags = [("--ready",) if n % 2 else () for n in range(24)]
+    with ThreadPoolExecutor(8) as pool:
+        codes = list(pool.map(lambda extra: probe(stub, state, *extra)[0], flags))
+    assert codes == [ExitCode.OK] * 24
+    saved, _ = load(str(state), read_boot_id())
+    assert saved is not None
+    assert saved["0"].last.generation == 100 + served[0]
+
+    stub.routes["/metrics"] = Route(vllm_page(4, 500, 50))  # frozen from here on
+    probe(stub, state)
+    probe(stub, state)
+    first, _ = load(str(state), read_boot_id())
+    assert first is not None
+    since = first["0"].stall_since
+    assert since is not None
+    with ThreadPoolExecutor(8) as pool:
+        codes = list(pool.map(lambda extra: probe(stub, state, *extra)[0], flags))
+    assert codes == [ExitCode.OK] * 24  # suspect, and ready, all: the clock is well under 30 s
+    after, _ = load(str(state), read_boot_id())
+    assert after is not None
+    assert after["0"].stall_since == since

@@ -46,6 +46,11 @@ DEFAULT_HOOK_TIMEOUT = 300.0
 # next to real traffic. A canary that gets no answer is sent again on every run until one is answered,
 # so once one fails the restart comes within window + failureThreshold x period, as for any stall.
 DEFAULT_CANARY_INTERVAL = 600.0
+# Readiness takes an engine out of routing when it has been busy with no progress for this long: a quarter
+# of the liveness window. A false "not ready" only moves new requests to the other members for a while
+# (in-flight work goes on), so it can be quick where a restart cannot; yet 30 s is far above a decode
+# step, a prefill chunk, or the gap between SGLang's metric updates.
+DEFAULT_DRAIN_AFTER = 30.0
 # The kubelet's defaults for a probe's period and failureThreshold; `inject` writes them.
 DEFAULT_PERIOD = 10
 DEFAULT_FAILURE_THRESHOLD = 3
@@ -275,6 +280,22 @@ ENGINE_LABEL = Option(
     shown=_EACH_ENGINE,
 )
 JSON = Option("--json", "", switch, False, "print JSON objects instead of lines", env="STALLPROBE_JSON")
+READY = Option(
+    "--ready",
+    "",
+    switch,
+    False,
+    "readiness: exit 0 only when /health answers 2xx and the engine is not stalled under --drain-after",
+    env="STALLPROBE_READY",
+)
+DRAIN_AFTER = Option(
+    "--drain-after",
+    "SECONDS",
+    positive,
+    DEFAULT_DRAIN_AFTER,
+    "with --ready: busy with no progress this long is not ready (taken out of routing)",
+    env="STALLPROBE_DRAIN_AFTER",
+)
 CANARY = Option(
     "--canary",
     "",
@@ -377,6 +398,8 @@ PROBE = (
     CANARY,
     CANARY_INTERVAL,
     SERVER_LOAD,
+    READY,
+    DRAIN_AFTER,
     JSON,
 )
 WATCH = (

@@ -55,12 +55,14 @@ class Config:
     __slots__ = (
         "canary",
         "canary_interval",
+        "drain_after",
         "engine",
         "include_waiting",
         "json",
         "key",
         "names",
         "progress",
+        "ready",
         "saturation",
         "server_load",
         "state_file",
@@ -82,6 +84,8 @@ class Config:
         self.canary = values.flag("canary")
         self.canary_interval = values.number("canary_interval")
         self.server_load = values.flag("server_load")
+        self.ready = values.flag("ready")
+        self.drain_after = values.number("drain_after")
         self.key = api_key(values, environ)
         state_file = values.text("state_file")
         if state_file is None:
@@ -103,11 +107,15 @@ def _print(line: str) -> None:
 
 
 def run(config: Config) -> int:
-    """One probe run: the exit code, OK or STALLED. Every failure is a StallprobeError."""
+    """One probe run: the exit code (OK or STALLED; with --ready, OK or not ready). Every failure is a
+    StallprobeError."""
     from .engines import choose, read_engines
     from .scrape import fetch
-    from .statefile import load, read_boot_id, save
+    from .statefile import load, read_boot_id
 
+    # Readiness judges the same history as liveness (one state file), under its shorter window: the
+    # detector's state does not depend on the window, only its verdict does.
+    window = config.drain_after if config.ready else config.window
     boot_id = read_boot_id()
     facts: dict[str, float] = {}
     previous, why = load(config.state_file, boot_id, facts)
@@ -117,8 +125,7 @@ def run(config: Config) -> int:
         # A slow answer is not a wedge: no sample, and the stall clock runs from the last answer.
         now = time.monotonic()
         silent = {name: Sample(0, 0, 0, now, answered=False) for name in (list(previous) if previous else [""])}
-        result = assess_engines(previous, silent, config.window, config.saturation)
-        save(config.state_file, result.states, boot_id, facts)
+        result, previous = _save(config, boot_id, previous, silent, facts=facts, window=window)
         return _report(config, result, previous=previous, why=why, samples={}, dialect=None, silence=str(exc))
     # CLOCK_MONOTONIC is one clock for every process since boot: a wall-clock step cannot fake a
     # stall, and the boot id in the state file catches the one case where it restarts.
@@ -128,19 +135,118 @@ def run(config: Config) -> int:
     note = ""
     if (config.canary or config.server_load) and _looks_idle(samples, previous):
         samples, note = _ask_idle(config, dialect, samples, previous=previous, facts=facts, now=now)
-    result = assess_engines(previous, samples, config.window, config.saturation, include_waiting=config.include_waiting)
+    result = assess_engines(previous, samples, window, config.saturation, include_waiting=config.include_waiting)
     if result.verdict in (Verdict.SUSPECT, Verdict.STALLED) and dialect.pause_route:
         # Asked only now, so a healthy run costs nothing more; no answer is never "paused".
         from .api import ask_paused, origin
 
-        paused = ask_paused(samples, origin(config.url), dialect.pause_route, config.key)
-        if paused is not None:
-            samples = paused
-            result = assess_engines(
-                previous, samples, config.window, config.saturation, include_waiting=config.include_waiting
-            )
-    save(config.state_file, result.states, boot_id, facts)
+        samples = ask_paused(samples, origin(config.url), dialect.pause_route, config.key) or samples
+    result, previous = _save(config, boot_id, previous, samples, facts=facts, window=window)
+    if config.ready:
+        return _ready(config, result, previous=previous, why=why, samples=samples, dialect=dialect, note=note)
     return _report(config, result, previous=previous, why=why, samples=samples, dialect=dialect, note=note)
+
+
+def _save(
+    config: Config,
+    boot_id: str,
+    previous: dict[str, State] | None,
+    samples: dict[str, Sample],
+    *,
+    facts: dict[str, float],
+    window: float,
+) -> tuple[EnginesAssessment, dict[str, State] | None]:
+    """Judge `samples` and save the next state, under the state file's lock; the assessment and the
+    history it was judged against.
+
+    Liveness and readiness share the file and may run at once. If the other one saved since this run
+    read the file, this run's samples are judged against what it saved, so neither resets the other's
+    stall clock; and if the other's sample is the newer, this run saves nothing, so no newer sample is
+    ever replaced by an older one (the counters only go up: the newer one tells all the older did).
+    """
+    from .statefile import Locked, load, save
+
+    with Locked(config.state_file):
+        theirs: dict[str, float] = {}
+        current, _ = load(config.state_file, boot_id, theirs)
+        if current is not None and current != previous:
+            if not _supersedes(samples, current):
+                return _assess(config, previous, samples, window), previous  # theirs is newer: keep it
+            if all(name not in current or sample.t >= current[name].last.t for name, sample in samples.items()):
+                previous = current  # judged against the fresher history (never a clock going back)
+            for key, value in theirs.items():
+                facts[key] = max(value, facts.get(key, value))
+        result = _assess(config, previous, samples, window)
+        save(config.state_file, result.states, boot_id, facts)
+    return result, previous
+
+
+def _supersedes(samples: dict[str, Sample], current: dict[str, State]) -> bool:
+    """Whether this run's samples are newer than what another run just saved: no counter lower, and
+    either a counter higher or a time no earlier. (Two runs at once can finish their scrapes in either
+    order; the counters, which only go up, tell which page was served last.)"""
+    for name, sample in samples.items():
+        state = current.get(name)
+        if state is None:
+            continue
+        last = state.last
+        if sample.answered and last.answered:
+            if sample.generation < last.generation or sample.prompt < last.prompt:
+                return False
+            if sample.generation > last.generation or sample.prompt > last.prompt:
+                continue
+        if sample.t < last.t:
+            return False
+    return True
+
+
+def _assess(
+    config: Config, previous: dict[str, State] | None, samples: dict[str, Sample], window: float
+) -> EnginesAssessment:
+    return assess_engines(previous, samples, window, config.saturation, include_waiting=config.include_waiting)
+
+
+def _ready(
+    config: Config,
+    result: EnginesAssessment,
+    *,
+    previous: dict[str, State] | None,
+    why: str,
+    samples: dict[str, Sample],
+    dialect: Dialect,
+    note: str,
+) -> int:
+    """Readiness: serving (the engine's own health route answers 2xx) and not stuck (not stalled, nor
+    paused, under --drain-after). A saturated engine stays ready: it is working, and taking it out would
+    push its load onto the others."""
+    from .api import origin
+    from .errors import ScrapeError
+    from .scrape import exchange, status_error
+
+    line = describe(result, previous, why, config.drain_after, note=note)
+    if result.verdict in (Verdict.STALLED, Verdict.PAUSED):
+        return _say(config, f"not ready: {line}", ExitCode.STALLED, result, samples=samples, dialect=dialect)
+    url = origin(config.url) + dialect.health_route
+    try:
+        answer = exchange(url, config.timeout, key=config.key, what="health")
+        if not 200 <= answer.code < 300:
+            raise ScrapeError(status_error(f"health {url}", answer))
+    except ScrapeError as exc:
+        return _say(config, f"not ready: {exc}", ExitCode.STALLED, result, samples=samples, dialect=dialect)
+    return _say(config, f"ready: {line}", ExitCode.OK, result, samples=samples, dialect=dialect)
+
+
+def _say(
+    config: Config, line: str, code: int, result: EnginesAssessment, *, samples: dict[str, Sample], dialect: Dialect
+) -> int:
+    if config.json:
+        import json
+
+        fields = json_fields(result, samples, dialect.name, config.drain_after, line)
+        fields["ready"] = code == ExitCode.OK
+        line = json.dumps(fields, sort_keys=True)
+    _print(line)
+    return code
 
 
 def _looks_idle(samples: dict[str, Sample], previous: dict[str, State] | None) -> bool:

@@ -32,7 +32,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-__all__ = ["FORMAT", "default_path", "load", "read_boot_id", "save"]
+__all__ = ["FORMAT", "Locked", "default_path", "load", "read_boot_id", "save"]
 
 FORMAT = "stallprobe-state 3"
 _MAX_SIZE = 64 * 1024  # a valid file is ~200 bytes; anything far larger is not ours
@@ -227,3 +227,37 @@ def save(path: str, states: Mapping[str, State], boot_id: str, facts: Mapping[st
             raise
     except OSError as exc:
         raise StateFileError(f"state file {path} cannot be written: {exc.strerror}; {_HINT}") from None
+
+
+class Locked:
+    """`with Locked(path):` holds an exclusive lock on `path`.lock, so that two probes sharing one state
+    file (liveness and readiness) never interleave a read and a write: the one that saves second sees
+    what the first saved. A POSIX record lock (lockf, in posix: no fcntl import), released by the
+    kernel when the process ends. Where the lock file cannot be made (a read-only folder fails the save
+    anyway; a symlink planted at its path), the run goes on unlocked rather than not at all.
+    """
+
+    __slots__ = ("fd", "path")
+
+    def __init__(self, path: str) -> None:
+        self.path = path + ".lock"
+        self.fd = -1
+
+    def __enter__(self) -> Locked:
+        try:
+            self.fd = _os.open(self.path, _os.O_RDWR | _os.O_CREAT | getattr(_os, "O_NOFOLLOW", 0), 0o600)
+            _os.lockf(self.fd, _os.F_LOCK, 0)
+        except OSError:
+            self._close()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._close()
+
+    def _close(self) -> None:
+        if self.fd >= 0:
+            try:
+                _os.close(self.fd)  # closing the file releases its lock
+            except OSError:
+                pass
+            self.fd = -1
