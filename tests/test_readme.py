@@ -146,13 +146,14 @@ def stanza_commands() -> list[list[str]]:
 
 def test_the_pod_stanzas_run_the_probe(httpserver: HTTPServer, tmp_path: Path) -> None:
     """Each stanza's command, run as the kubelet would (the archive where the ConfigMap would mount it):
-    a baseline, then a stall once the window has passed."""
+    a baseline, then a stall once the window has passed (readiness: ready, then not ready)."""
     commands = stanza_commands()
-    assert len(commands) == 2
+    assert len(commands) == 3
     (tmp_path / "pyz").mkdir()
     pyz = tmp_path / "pyz" / "stallprobe.pyz"
     pyz.write_bytes(build())
     httpserver.expect_request("/metrics").respond_with_data(vllm_page(4, 100, 50), content_type="text/plain")
+    httpserver.expect_request("/health").respond_with_data("")
     env = {k: v for k, v in os.environ.items() if not k.startswith("STALLPROBE_")}
     for n, command in enumerate(commands):
         assert command[0] == "python3"
@@ -161,8 +162,11 @@ def test_the_pod_stanzas_run_the_probe(httpserver: HTTPServer, tmp_path: Path) -
         argv = [word.replace("http://127.0.0.1:8000/metrics", httpserver.url_for("/metrics")) for word in argv]
         state = tmp_path / f"{n}.state"
         argv += ["--state-file", str(state)]
+        ready = "--ready" in command
         first = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=30, check=False)
-        assert (first.returncode, first.stdout.split(":")[0]) == (0, "baseline"), first.stderr
-        rewind(str(state), 121)  # the window is 120 s
+        assert first.returncode == 0, first.stdout + first.stderr
+        assert first.stdout.startswith("ready: baseline" if ready else "baseline"), first.stdout
+        rewind(str(state), 121)  # past either window
         second = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=30, check=False)
-        assert (second.returncode, second.stdout.split(":")[0]) == (1, "stalled"), second.stderr
+        assert second.returncode == 1, second.stdout
+        assert second.stdout.startswith("not ready: stalled" if ready else "stalled"), second.stdout
