@@ -185,3 +185,38 @@ def test_a_healthy_idle_engine_answers_the_canary_and_one_frozen_while_idle_is_s
             thaw(frozen)
         code, fields = run(probe)
         assert (code, fields["verdict"]) == (0, "idle"), engine.log_tail()
+
+
+def test_readiness_drains_a_wedged_engine_before_liveness_restarts_it(tmp_path: Path) -> None:
+    """Readiness (--drain-after 1.5) and liveness (--window 3) on one state file, the engine's inference
+    thread frozen mid-generation: not ready after the drain window, stalled only after its own."""
+    state = tmp_path / "probe.state"
+    with LlamaCppServer() as engine:
+        liveness = Probe(engine.metrics_url, state, 3.0, timeout=30)
+        readiness = Probe(engine.metrics_url, state, 3.0, timeout=30, extra=["--ready", "--drain-after", "1.5"])
+        generation = engine.generate()
+        generation.wait_first_token()
+        assert run(liveness)[1]["verdict"] == "baseline"
+        code, fields = run(readiness)
+        assert (code, fields["ready"]) == (0, True), fields
+        frozen = engine.freeze_inference()
+        try:
+            code, fields = run(readiness)  # the freeze is seconds old at most: not stuck long enough yet
+            assert code == 0, fields
+            rewind(state, 1.5)
+            code, fields = run(readiness)
+            assert (code, fields["verdict"], fields["ready"]) == (1, "stalled", False), fields
+            assert str(fields["message"]).startswith("not ready: stalled: 1 running")
+            code, fields = run(liveness)  # the same clock, under liveness's own window
+            assert (code, fields["verdict"]) == (0, "suspect"), fields
+            rewind(state, 1.5)
+            code, fields = run(liveness)
+            assert (code, fields["verdict"]) == (1, "stalled"), fields
+        finally:
+            thaw(frozen)
+        deadline = time.monotonic() + 20
+        code, fields = run(readiness)
+        while fields["verdict"] != "progressing" and time.monotonic() < deadline:
+            time.sleep(0.3)  # bounded: until the thawed thread's next decode step shows
+            code, fields = run(readiness)
+        assert (code, fields["ready"]) == (0, True), engine.log_tail()
