@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from conftest import REPO, rewind, vllm_page
-from stallprobe.inject import PYZ_PATH, Options, engine_of, inject, pod_specs, port_of, read_documents
+from stallprobe.inject import PYZ_PATH, Choice, Options, decide, engine_of, inject, pod_specs, read_documents
 
 K8S = kubernetes_validate.latest_version()
 
@@ -107,13 +107,17 @@ KINDS = ["Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob
 @pytest.mark.parametrize("kind", KINDS)
 def test_every_workload_kind_gets_the_probe_and_stays_valid(kind: str) -> None:
     docs = [workload(kind, pod_spec(container(args=["--port", "8000"])))]
-    out, log = inject(docs, Options(pyz=b"PK"))
+    out, log, _ = inject(docs, Options(pyz=b"PK"))
     assert [d["kind"] for d in out] == [kind, "ConfigMap"]
     for doc in out:
         validate(doc)
     specs = list(pod_specs(out[0]))
     assert len(specs) == (2 if kind == "LeaderWorkerSet" else 1)
+    if kind == "LeaderWorkerSet":  # the worker joins the leader's engine and serves no HTTP
+        assert "livenessProbe" not in specs.pop()["containers"][0]
+        assert "skipped: a LeaderWorkerSet worker" in log[1]
     for spec in specs:
+        assert spec["containers"][0]["startupProbe"]["httpGet"] == {"path": "/health", "port": 8000}
         probe = spec["containers"][0]["livenessProbe"]
         assert probe["exec"]["command"][:7] == [
             "python3",
@@ -125,7 +129,7 @@ def test_every_workload_kind_gets_the_probe_and_stays_valid(kind: str) -> None:
             "http://127.0.0.1:8000/metrics",
         ]
         assert {"name": "stallprobe", "configMap": {"name": "stallprobe", "defaultMode": 0o444}} in spec["volumes"]
-    assert len(log) == len(specs)
+    assert len(log) == (2 if kind == "LeaderWorkerSet" else 1)
 
 
 @pytest.mark.parametrize(
@@ -155,24 +159,28 @@ def test_every_workload_kind_gets_the_probe_and_stays_valid(kind: str) -> None:
             8888,
         ),
         (container(image="nginx:1.27", ports=[{"containerPort": 80}]), None, 80),
-        (container(args=["--port", "\u00b2"]), "vllm", 8000),
+        (container(args=["--port", "\u00b2"]), "vllm", 0),  # not a port: skipped, never guessed
     ],
 )
 def test_engine_and_port_are_read_from_the_container(entry: dict[str, Any], engine: str | None, port: int) -> None:
     assert engine_of(entry) == engine
-    assert port_of(entry, engine) == port
+    decision = decide(entry, "pod", Choice(container=entry["name"], engine=engine))
+    assert (decision.action, decision.port) == ("probe", port) if port else decision.action == "skip"
 
 
 def test_only_inference_containers_are_touched() -> None:
     spec = pod_spec(container(), container(name="sidecar", image="envoyproxy/envoy:v1"))
-    out, _ = inject([workload("Deployment", spec)], Options(pyz=b""))
+    out, _, _ = inject([workload("Deployment", spec)], Options(pyz=b""))
     sidecar = out[0]["spec"]["template"]["spec"]["containers"][1]
     assert sidecar == container(name="sidecar", image="envoyproxy/envoy:v1")
 
 
 def test_container_flag_picks_one_by_name() -> None:
-    spec = pod_spec(container(name="engine", image="my/own:1"), container(name="other", image="vllm/vllm-openai"))
-    out, _ = inject([workload("Deployment", spec)], Options(pyz=b"", container="engine", engine="vllm"))
+    spec = pod_spec(
+        container(name="engine", image="my/own:1", args=["--port", "8000"]),
+        container(name="other", image="vllm/vllm-openai"),
+    )
+    out, _, _ = inject([workload("Deployment", spec)], Options(pyz=b"", container="engine", engine="vllm"))
     containers = out[0]["spec"]["template"]["spec"]["containers"]
     assert "livenessProbe" in containers[0]
     assert "livenessProbe" not in containers[1]
@@ -184,7 +192,7 @@ CUSTOM = {"exec": {"command": ["/bin/check-engine"]}, "periodSeconds": 30}
 
 def test_a_plain_health_check_is_replaced_keeping_its_initial_delay() -> None:
     spec = pod_spec(container(livenessProbe=HEALTH, readinessProbe=HEALTH, startupProbe=HEALTH))
-    out, log = inject([workload("Deployment", spec)], Options(pyz=b""))
+    out, log, _ = inject([workload("Deployment", spec)], Options(pyz=b""))
     c = out[0]["spec"]["template"]["spec"]["containers"][0]
     assert c["livenessProbe"]["initialDelaySeconds"] == 600
     assert c["livenessProbe"]["timeoutSeconds"] == 6  # above --timeout 3 and the 1 s question whether it is paused
@@ -195,16 +203,16 @@ def test_a_plain_health_check_is_replaced_keeping_its_initial_delay() -> None:
 
 def test_the_operators_own_liveness_probe_wins_unless_forced() -> None:
     doc = workload("Deployment", pod_spec(container(livenessProbe=CUSTOM)))
-    out, log = inject([copy.deepcopy(doc)], Options(pyz=b""))
+    out, log, _ = inject([copy.deepcopy(doc)], Options(pyz=b""))
     assert out == [doc]  # nothing injected, so no ConfigMap either
     assert "kept its own liveness probe" in log[0]
-    forced, _ = inject([copy.deepcopy(doc)], Options(pyz=b"", force=True))
+    forced, _, _ = inject([copy.deepcopy(doc)], Options(pyz=b"", force=True))
     assert PYZ_PATH in probe_of(forced[0])["exec"]["command"][4]
 
 
 def test_read_only_root_gets_an_emptydir_for_the_state() -> None:
     entry = container(securityContext={"readOnlyRootFilesystem": True})
-    out, _ = inject([workload("StatefulSet", pod_spec(entry))], Options(pyz=b""))
+    out, _, _ = inject([workload("StatefulSet", pod_spec(entry))], Options(pyz=b""))
     spec = out[0]["spec"]["template"]["spec"]
     assert probe_of(out[0])["exec"]["command"][-2:] == ["--state-file", "/run/stallprobe/probe.state"]
     assert {"name": "stallprobe-state", "emptyDir": {"sizeLimit": "1Mi"}} in spec["volumes"]
@@ -214,7 +222,8 @@ def test_read_only_root_gets_an_emptydir_for_the_state() -> None:
 
 def test_timing_flags_reach_the_probe_and_the_report() -> None:
     options = Options(pyz=b"", window=300, timeout=4.5, period=15, failure=5, engine="sglang")
-    out, log = inject([workload("Deployment", pod_spec(container()))], options)
+    entry = container(args=["--enable-metrics", "--port", "30000"])
+    out, log, _ = inject([workload("Deployment", pod_spec(entry))], options)
     probe = probe_of(out[0])
     assert probe["exec"]["command"][7:] == ["--window", "300", "--timeout", "4.5", "--engine", "sglang"]
     assert (probe["periodSeconds"], probe["timeoutSeconds"], probe["failureThreshold"]) == (15, 8, 5)
@@ -232,7 +241,7 @@ def test_one_configmap_per_namespace_last_and_other_documents_kept_in_order() ->
         workload("Pod", pod_spec(container()), "team-b"),
         workload("DaemonSet", pod_spec(container()), "team-a"),
     ]
-    out, _ = inject(docs, Options(pyz=b"zip bytes", configmap="probe-build"))
+    out, _, _ = inject(docs, Options(pyz=b"zip bytes", configmap="probe-build"))
     assert [d["kind"] for d in out] == ["Deployment", "Service", "Pod", "DaemonSet", "ConfigMap", "ConfigMap"]
     assert out[1] == service
     maps = out[4:]
@@ -276,8 +285,11 @@ def test_json_in_json_out_and_idempotent() -> None:
     assert run_inject(first.stdout).stdout == first.stdout
 
 
-def test_json_works_without_pyyaml_and_yaml_says_what_it_needs() -> None:
-    blocked = "import sys; sys.modules['yaml'] = None; from stallprobe.cli import main; sys.exit(main(['inject']))"
+def test_json_works_without_ruamel_and_yaml_says_what_it_needs() -> None:
+    blocked = (
+        "import sys; sys.modules['ruamel'] = sys.modules['ruamel.yaml'] = None; "
+        "from stallprobe.cli import main; sys.exit(main(['inject']))"
+    )
     doc = json.dumps(workload("Pod", pod_spec(container())))
     ok = subprocess.run([sys.executable, "-c", blocked], input=doc, capture_output=True, text=True, check=False)
     assert ok.returncode == 0
@@ -285,7 +297,8 @@ def test_json_works_without_pyyaml_and_yaml_says_what_it_needs() -> None:
     no = subprocess.run([sys.executable, "-c", blocked], input=MANIFEST, capture_output=True, text=True, check=False)
     assert (no.returncode, no.stdout) == (2, "")
     assert no.stderr == (
-        "stallprobe inject: YAML input needs PyYAML: pip install 'stallprobe[kube]' (JSON input works without it)\n"
+        "stallprobe inject: YAML input needs ruamel.yaml: pip install 'stallprobe[kube]' "
+        "(JSON input works without it)\n"
     )
 
 
@@ -396,8 +409,8 @@ def test_the_injected_command_as_the_kubelet_runs_it(stub: StubEngine, tmp_path:
 
 
 def test_read_documents_accepts_a_stream_of_json_objects() -> None:
-    form, docs = read_documents('{"kind": "A"}\n{"kind": "B"} [{"kind": "C"}]')
-    assert (form, [d["kind"] for d in docs]) == ("json", ["A", "B", "C"])
+    read = read_documents('{"kind": "A"}\n{"kind": "B"} [{"kind": "C"}]')
+    assert (read.form, [d["kind"] for d in read.docs]) == ("json", ["A", "B", "C"])
 
 
 def test_the_probes_new_flags_are_carried_through_and_the_timeout_covers_them() -> None:

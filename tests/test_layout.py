@@ -30,11 +30,17 @@ LAYERS = {
     # The commands: peers that never import each other.
     "stallprobe.probe": 4,
     "stallprobe.inject": 4,
+    "stallprobe.inject.command": 4,
+    "stallprobe.inject.core": 4,
+    "stallprobe.inject.decide": 4,
+    "stallprobe.inject.manifests": 4,
+    "stallprobe.inject.shell": 4,
     "stallprobe.watch": 4,
     "stallprobe.watch.command": 4,
     "stallprobe.watch.poll": 4,
     "stallprobe.watch.runner": 4,
     "stallprobe.watch.view": 4,
+    "stallprobe.watch.serve": 4,
     # The dispatcher, and what starts it.
     "stallprobe": 0,
     "stallprobe.cli": 5,
@@ -47,12 +53,24 @@ PEERS = {
     ("stallprobe.watch.command", "stallprobe.watch.view"),
     ("stallprobe.watch.poll", "stallprobe.watch.runner"),
     ("stallprobe.watch.view", "stallprobe.watch.poll"),
+    ("stallprobe.inject", "stallprobe.inject.command"),
+    ("stallprobe.inject", "stallprobe.inject.core"),
+    ("stallprobe.inject", "stallprobe.inject.decide"),
+    ("stallprobe.inject", "stallprobe.inject.manifests"),
+    ("stallprobe.inject.command", "stallprobe.inject.core"),
+    ("stallprobe.inject.command", "stallprobe.inject.decide"),
+    ("stallprobe.inject.command", "stallprobe.inject.manifests"),
+    ("stallprobe.inject.core", "stallprobe.inject.decide"),
+    ("stallprobe.inject.decide", "stallprobe.inject.shell"),
 }
 
 
 def test_peer_imports_have_no_cycle() -> None:
-    order = ["stallprobe.watch.runner", "stallprobe.watch.poll", "stallprobe.watch.view", "stallprobe.watch.command"]
+    order = ["stallprobe.watch.runner", "stallprobe.watch.poll", "stallprobe.watch.view", "stallprobe.watch.serve"]
+    order.append("stallprobe.watch.command")
     order.append("stallprobe.watch")
+    order += [f"stallprobe.inject.{name}" for name in ("shell", "decide", "core", "manifests", "command")]
+    order.append("stallprobe.inject")
     for importer, imported in PEERS:
         assert order.index(imported) < order.index(importer), (importer, imported)
 

@@ -367,6 +367,27 @@ PYTHON = Option(
     shown="none",
 )
 
+# Half an hour for the model to load before inject's startup guard gives up: a 405B model pulled from a
+# hub (~800 GB at a few GB/s) and loaded across 16 GPUs takes tens of minutes, and the guard costs nothing
+# when the engine comes up sooner (it passes at the first answer of its health route). A load that hangs
+# past it is restarted, as any wedge is.
+DEFAULT_STARTUP_BUDGET = 1800.0
+CHECK = Option("--check", "", switch, False, "write nothing; exit 3 when a run would change the manifests (CI)")
+STARTUP_BUDGET = Option(
+    "--startup-budget",
+    "SECONDS",
+    positive,
+    DEFAULT_STARTUP_BUDGET,
+    "the startupProbe inject adds (where nothing guards loading) waits this long for the model",
+)
+PRINT_PROBE = Option(
+    "--print-probe", "", switch, False, "print only the container fields and the ConfigMap (needs --engine, --port)"
+)
+INJECT_PORT = Option(
+    "--port", "PORT", positive, None, "with --print-probe: the port the engine serves on", shown="none"
+)
+OUTPUT = Option("--output", "FORMAT", nonempty, "yaml", "with --print-probe: yaml or json")
+
 # How an engine's page is read and judged: the same for the probe, watch, and the probes inject writes.
 ENGINE_OPTIONS = (
     WINDOW,
@@ -428,6 +449,12 @@ INJECT = (
     CONFIGMAP,
     PYZ,
     PYTHON,
+    DRAIN_AFTER,
+    STARTUP_BUDGET,
+    CHECK,
+    PRINT_PROBE,
+    INJECT_PORT,
+    OUTPUT,
 )
 
 

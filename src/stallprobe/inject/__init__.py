@@ -1,0 +1,41 @@
+"""`stallprobe inject`: put the exec liveness probe into the Kubernetes manifests people already have.
+
+    stallprobe inject -f deploy.yaml | kubectl apply -f -
+
+For every pod template (Pod, Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, CronJob, and the
+leader template of a LeaderWorkerSet) it decides per container (decide.py, a pure function): only a
+container that serves HTTP on a port its manifest shows, with its metrics on, gets the probe; workers,
+sidecars and init containers never do. It replaces a liveness probe that is absent, or a plain HTTP
+check of /health (any other is the operator's and stays unless --force); adds a startupProbe where
+nothing guards the model's loading; mounts a ConfigMap that holds the single-file build; and emits that
+ConfigMap last, one per namespace. Injecting its own output changes nothing, byte for byte.
+
+The modules: shell.py (command lines as a shell splits them), decide.py (the decision), core.py (the
+probe stanzas and the walk over documents), manifests.py (YAML and JSON, round-tripped), command.py
+(the command, Helm's post-renderer and Kustomize's KRM function). YAML needs ruamel.yaml (the
+`stallprobe[kube]` extra); the probe itself never imports it.
+"""
+
+from __future__ import annotations
+
+from ..errors import InjectError
+from .command import main
+from .core import LAUNCHER, PYZ_PATH, Options, inject, pod_specs
+from .decide import Choice, Decision, decide, engine_of
+from .manifests import read_documents, write_documents
+
+__all__ = [
+    "LAUNCHER",
+    "PYZ_PATH",
+    "Choice",
+    "Decision",
+    "InjectError",
+    "Options",
+    "decide",
+    "engine_of",
+    "inject",
+    "main",
+    "pod_specs",
+    "read_documents",
+    "write_documents",
+]

@@ -1,0 +1,291 @@
+"""Whether one container gets the probe, and how: a pure function of the container, its pod's role, and
+the options. No I/O; tests/test_inject_decide.py holds it as a table.
+
+The rules, in order, each with its reason:
+
+1. Not an inference container (no engine in its image or command, and not the one --container names):
+   ignored, silently; sidecars and init containers are never touched.
+2. The worker template of a LeaderWorkerSet: its pods join the leader's engine (ray workers, SGLang
+   ranks > 0, vLLM headless) and serve no HTTP; the leader's Service selects only the leader. A probe
+   there can only fail, and with RecreateGroupOnPodRestart every failure recreates the whole group.
+3. A command that marks a worker: --headless, --node-rank other than 0 (or one that differs per pod),
+   vLLM's --data-parallel-start-rank > 0 without a load-balanced mode, --api-server-count 0, `ray start`,
+   llama.cpp's rpc-server. Same reason.
+4. The port: a port flag anywhere in its command lines (resolved from its env), else the engine's own
+   port variable, else its containerPort, else, when its command is the engine's plain server (or the
+   image's entrypoint is), the engine's default, said to be assumed. A port that depends on what the
+   manifest does not say, or no port and no server command: skipped, since a wrong port fails every run.
+5. Metrics: off means every run fails (vLLM with --disable-log-stats registers no vllm: family; SGLang
+   without --enable-metrics and llama.cpp without --metrics publish none). vLLM's flag is the operator's
+   choice: skipped, saying so. SGLang's and llama.cpp's are turned on (an argument appended, or for
+   llama.cpp its variable set), said on stderr; an SGLang shell script cannot be edited safely: skipped.
+6. The liveness probe: absent, a plain /health check, or ours is (re)written; any other is the
+   operator's and is kept unless --force.
+7. The startup guard: without a startupProbe and without initialDelaySeconds, a liveness probe runs
+   while the model loads, fails, and the kubelet kills the container before it ever serves.
+8. Readiness (--drain-after): absent, a plain /health check or ours is (re)written; any other is kept
+   unless --force.
+"""
+
+from __future__ import annotations
+
+from ..engines import DIALECTS, SERVING
+from .shell import SHELLS, UNRESOLVED, command_lines, env_values, flag_value, has_flag
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
+
+__all__ = ["Choice", "Decision", "decide", "engine_of", "is_ours", "is_plain_health_check"]
+
+PYZ_KEY = "stallprobe.pyz"
+# The roles a pod template plays: a plain pod, the leader of a LeaderWorkerSet group, one of its workers,
+# or the worker template of a set without a leader template (it makes the leader and the workers alike).
+ROLES = ("pod", "leader", "worker", "shared")
+LB_MODES = ("--data-parallel-hybrid-lb", "--data-parallel-external-lb")
+TRUE = ("1", "true", "on", "enabled", "yes")
+
+
+class Choice:
+    """What the options say about the choice: --container, --engine, --force, --drain-after given."""
+
+    __slots__ = ("container", "drain", "engine", "force")
+
+    def __init__(
+        self, *, container: str | None = None, engine: str | None = None, force: bool = False, drain: bool = False
+    ) -> None:
+        self.container = container
+        self.engine = engine
+        self.force = force
+        self.drain = drain
+
+
+class Decision:
+    """action: "probe", "skip" (why says why), "keep" (its own liveness probe), or "ignore" (not ours to
+    touch, nothing said). For "probe": the engine, the port and where it came from, what to turn on."""
+
+    __slots__ = (
+        "action",
+        "enable",
+        "engine",
+        "liveness",
+        "loopback",
+        "port",
+        "port_from",
+        "readiness",
+        "startup",
+        "why",
+    )
+
+    def __init__(
+        self,
+        action: str,
+        why: str = "",
+        *,
+        engine: str | None = None,
+        port: int = 0,
+        port_from: str = "",
+        enable: tuple[str, str] = ("", ""),
+        startup: bool = False,
+        loopback: bool = False,
+        liveness: str = "",
+        readiness: str = "",
+    ) -> None:
+        self.action = action
+        self.why = why
+        self.engine = engine
+        self.port = port
+        self.port_from = port_from
+        self.enable = enable  # ("arg", "--enable-metrics") or ("env", "LLAMA_ARG_ENDPOINT_METRICS"): turn on
+        self.startup = startup  # add the startup guard
+        self.loopback = loopback  # the server binds loopback only: the kubelet's httpGet cannot reach it
+        self.liveness = liveness  # "added", "replaced" or "ours"
+        self.readiness = readiness  # "" (not asked), "added", "replaced", "ours" or "kept"
+
+    def __repr__(self) -> str:
+        fields = {name: getattr(self, name) for name in self.__slots__}
+        return f"Decision({fields})"
+
+
+def _haystack(container: Mapping[str, Any]) -> str:
+    words = [*(container.get("command") or []), *(container.get("args") or [])]
+    return " ".join([str(container.get("image", "")), *map(str, words)]).lower()
+
+
+def engine_of(container: Mapping[str, Any]) -> str | None:
+    """The engine a container runs, from its image and command line; None when it runs none we know."""
+    haystack = _haystack(container)
+    return next((d.name for d in DIALECTS if any(hint in haystack for hint in d.hints)), None)
+
+
+def is_ours(probe: Any) -> bool:
+    command = probe.get("exec", {}).get("command") if isinstance(probe, dict) else None
+    return isinstance(command, list) and any(PYZ_KEY in str(word) for word in command)
+
+
+def is_plain_health_check(probe: Any) -> bool:
+    """An HTTP GET of /health: it only says the process is alive, which is what the probe replaces."""
+    path = probe.get("httpGet", {}).get("path") if isinstance(probe, dict) else None
+    return isinstance(path, str) and path.rstrip("/") in ("/health", "/healthz")
+
+
+def _is_server(words: list[str], servers: tuple[str, ...]) -> bool:
+    head = " ".join(word.rsplit("/", 1)[-1] if i == 0 else word for i, word in enumerate(words[:3]))
+    return any(server in head or server in " ".join(words[:3]) for server in servers)
+
+
+def _port(text: str | None) -> int | None:
+    return int(text) if text is not None and text.isascii() and text.isdigit() and 0 < int(text) < 65536 else None
+
+
+def _worker(words: list[str]) -> str:
+    """Why this command line is a multi-node worker's, or "" when nothing marks it one."""
+    head = " ".join(words[:2]).rsplit("/", 1)[-1]
+    if head.startswith("ray start"):
+        return "it runs `ray start`: a Ray worker, whose engine serves from the head node"
+    if words[0].rsplit("/", 1)[-1] == "rpc-server":
+        return "it runs llama.cpp's rpc-server: a backend for a llama-server elsewhere, with no HTTP"
+    if any(word.endswith("multi-node-serving.sh") for word in words) and "worker" in words:
+        return "it runs multi-node-serving.sh worker: a Ray worker, whose engine serves from the leader"
+    if has_flag(words, ("--headless",)):
+        return "it runs with --headless: engine cores without an API server"
+    rank = flag_value(words, ("--node-rank",))
+    if rank is not None and rank != "0":
+        if UNRESOLVED in rank or not rank.isdigit():
+            return f"its --node-rank is {rank}, which differs from pod to pod: only rank 0 serves HTTP"
+        return f"it runs with --node-rank {rank}: only rank 0 serves HTTP"
+    start = flag_value(words, ("--data-parallel-start-rank", "-dpr"))
+    if start not in (None, "0") and not has_flag(words, LB_MODES):
+        return f"it runs with --data-parallel-start-rank {start} without a load-balanced mode: headless"
+    if flag_value(words, ("--api-server-count", "-asc")) == "0":
+        return "it runs with --api-server-count 0: headless"
+    return ""
+
+
+def decide(container: Mapping[str, Any], role: str, choice: Choice) -> Decision:
+    """What to do with one container of a pod template playing `role` (one of ROLES)."""
+    name = container.get("name")
+    if choice.container is not None and name != choice.container:
+        return Decision("ignore")
+    engine = choice.engine or engine_of(container)
+    if engine is None and choice.container is None:
+        return Decision("ignore")
+    if role == "worker":
+        return Decision("skip", "a LeaderWorkerSet worker: it joins the leader's engine and serves no HTTP")
+    if role == "shared":
+        return Decision(
+            "skip",
+            "a LeaderWorkerSet without a leaderTemplate: this template makes the leader and its workers "
+            "alike, and the workers serve no HTTP (give the leader its own template)",
+        )
+    env = env_values(container)
+    if role == "leader":
+        env.setdefault("LWS_WORKER_INDEX", "0")  # what LeaderWorkerSet sets in the leader's pod
+    lines = command_lines(container, env)
+    for words in lines:
+        why = _worker(words)
+        if why:
+            return Decision("skip", f"a multi-node worker: {why}")
+    serving = SERVING.get(engine or "")
+    flags = serving.port_flags if serving else ("--port",)
+    servers = [words for words in lines if serving and _is_server(words, serving.servers)]
+    image = str(container.get("image", ""))
+    entry = bool(serving and not container.get("command") and any(i in image for i in serving.images))
+    if entry:  # args alone go to the image's entrypoint, the server
+        servers = lines or [[]]
+    candidates = servers or lines
+    port_text = next((flag_value(w, flags) for w in reversed(candidates) if flag_value(w, flags) is not None), None)
+    port = _port(port_text)
+    if port_text is not None:
+        if port is None:
+            return Decision("skip", f"its port is {port_text}, which the manifest does not resolve")
+        port_from = f"{flags[0]} in its command"
+    else:
+        variable = next((v for v in (serving.port_env if serving else ()) if v in env), "")
+        ports = [p for p in container.get("ports") or [] if isinstance(p, dict) and "containerPort" in p]
+        named = [p for p in ports if p.get("name") == "http"] or ports
+        if variable:
+            port = _port(env[variable])
+            if port is None:
+                return Decision("skip", f"its {variable} is {env[variable]!r}, not a port")
+            port_from = variable
+        elif named:
+            port = _port(str(named[0]["containerPort"]))
+            if port is None:
+                return Decision("skip", f"its containerPort is {named[0]['containerPort']!r}, not a port")
+            port_from = "its containerPort"
+        elif servers and engine is not None:
+            port = next(d.port for d in DIALECTS if d.name == engine)
+            port_from = f"assumed: {engine}'s default, as its command sets no port"
+        else:
+            return Decision(
+                "skip",
+                "its port is unknown: no port flag, no containerPort, and its command is not the engine's "
+                "server (--container NAME with a --port, or a containerPort, says which)",
+            )
+    server_words = [word for words in candidates for word in words]
+    enable = ("", "")
+    if serving is not None:
+        on = has_flag(server_words, serving.metrics_on) or any(
+            env.get(variable, "").lower() in TRUE for variable in serving.metrics_env
+        )
+        if has_flag(server_words, serving.metrics_off):
+            return Decision(
+                "skip",
+                f"it runs with {serving.metrics_off[0]}, so {engine} publishes no metrics to judge it by "
+                f"(remove {serving.metrics_off[0]} to have it probed)",
+            )
+        if serving.metrics_on and not on:
+            raw = [str(word) for word in [*(container.get("command") or []), *(container.get("args") or [])]]
+            plain = not raw or raw[0].rsplit("/", 1)[-1] not in SHELLS
+            if serving.metrics_env:
+                enable = ("env", serving.metrics_env[0])
+            elif plain and (servers or entry):
+                enable = ("arg", serving.metrics_on[0])
+            else:
+                return Decision(
+                    "skip",
+                    f"{engine} publishes no metrics without {serving.metrics_on[0]}, and its command is a "
+                    f"script inject does not edit (add {serving.metrics_on[0]} to it)",
+                )
+    host = (flag_value(server_words, ("--host",)) if serving else None) or next(
+        (env[v] for v in (serving.host_env if serving else ()) if v in env), None
+    )
+    host = host or (serving.default_host if serving else "0.0.0.0")
+    loopback = host.startswith("127.") or host in ("localhost", "::1")
+    old = container.get("livenessProbe")
+    if old is None:
+        liveness = "added"
+    elif is_ours(old):
+        liveness = "ours"
+    elif is_plain_health_check(old) or choice.force:
+        liveness = "replaced"
+    else:
+        return Decision("keep", "not a plain /health check; --force replaces it", engine=engine)
+    # A kept initialDelaySeconds (from the plain check it replaces) is the operator's own guard.
+    startup = "startupProbe" not in container and not (
+        isinstance(old, dict) and isinstance(old.get("initialDelaySeconds"), int)
+    )
+    readiness = ""
+    if choice.drain:
+        ready = container.get("readinessProbe")
+        if ready is None:
+            readiness = "added"
+        elif is_ours(ready):
+            readiness = "ours"
+        elif is_plain_health_check(ready) or choice.force:
+            readiness = "replaced"
+        else:
+            readiness = "kept"
+    return Decision(
+        "probe",
+        engine=engine,
+        port=port or 0,
+        port_from=port_from,
+        enable=enable,
+        startup=startup,
+        loopback=loopback,
+        liveness=liveness,
+        readiness=readiness,
+    )

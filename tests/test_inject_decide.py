@@ -1,0 +1,342 @@
+"""inject's decision per container, as a table: one container, its pod's role, the options, and what must
+be decided (action, port, where the port came from, what is turned on, the startup guard)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from stallprobe.engines import SERVING
+from stallprobe.inject.decide import Choice, decide, engine_of
+from stallprobe.inject.shell import command_lines, env_values, flag_value, k8s_expand, shell_words
+
+HEALTH = {"httpGet": {"path": "/health", "port": 8000}}
+OURS = {"exec": {"command": ["python3", "-c", "/opt/stallprobe/stallprobe.pyz"]}}
+CUSTOM = {"exec": {"command": ["/bin/check"]}}
+
+
+def c(image: str = "vllm/vllm-openai:v0.11.0", **fields: Any) -> dict[str, Any]:
+    return {"name": "engine", "image": image, **fields}
+
+
+def sh(script: str, **fields: Any) -> dict[str, Any]:
+    return c(image=fields.pop("image", "vllm/vllm-openai:v0.11.0"), command=["/bin/sh", "-c", script], **fields)
+
+
+SG = "lmsysorg/sglang:v0.5"
+LL = "ghcr.io/ggml-org/llama.cpp:server"
+# (name, container, role, choice, expected): expected holds the Decision fields that must match; "why"
+# must be a part of the line.
+SCENARIOS: list[tuple[str, dict[str, Any], str, Choice, dict[str, Any]]] = [
+    ("sidecar", c(image="envoyproxy/envoy:v1"), "pod", Choice(), {"action": "ignore"}),
+    ("not the named one", c(), "pod", Choice(container="other"), {"action": "ignore"}),
+    (
+        "named, unknown engine, containerPort",
+        c(image="me/own:1", ports=[{"containerPort": 7000}]),
+        "pod",
+        Choice(container="engine"),
+        {"action": "probe", "engine": None, "port": 7000, "port_from": "its containerPort"},
+    ),
+    (
+        "named, unknown engine, no port",
+        c(image="me/own:1"),
+        "pod",
+        Choice(container="engine"),
+        {"action": "skip", "why": "its port is unknown"},
+    ),
+    ("lws worker", c(args=["--port", "8000"]), "worker", Choice(), {"action": "skip", "why": "LeaderWorkerSet worker"}),
+    ("lws shared template", c(), "shared", Choice(), {"action": "skip", "why": "without a leaderTemplate"}),
+    (
+        "entrypoint image, args only: default port assumed",
+        c(args=["--model", "m"]),
+        "pod",
+        Choice(),
+        {"action": "probe", "port": 8000, "port_from": "assumed: vllm's default", "startup": True},
+    ),
+    (
+        "vllm serve --port=9001",
+        c(image="me/img:1", command=["vllm", "serve", "m", "--port=9001"]),
+        "pod",
+        Choice(),
+        {"action": "probe", "port": 9001, "port_from": "--port in its command", "loopback": False},
+    ),
+    (
+        "port in a bash -c string",
+        sh('echo hi; exec python3 -m vllm.entrypoints.openai.api_server --port 8080 --model "m x"'),
+        "pod",
+        Choice(),
+        {"action": "probe", "port": 8080},
+    ),
+    (
+        "port from $(PORT) in the env",
+        c(args=["--port", "$(PORT)"], env=[{"name": "PORT", "value": "8123"}]),
+        "pod",
+        Choice(),
+        {"action": "probe", "port": 8123},
+    ),
+    (
+        "port from $PORT in a script",
+        sh("vllm serve m --port ${PORT}", env=[{"name": "PORT", "value": "8124"}]),
+        "pod",
+        Choice(),
+        {"action": "probe", "port": 8124},
+    ),
+    (
+        "port from an unset variable",
+        c(args=["--port", "$(PORT)"]),
+        "pod",
+        Choice(),
+        {"action": "skip", "why": "its port is $(PORT)"},
+    ),
+    (
+        "port from a default in a script",
+        sh("vllm serve m --port ${PORT:-8125}"),
+        "pod",
+        Choice(),
+        {"action": "probe", "port": 8125},
+    ),
+    (
+        "llama.cpp port from LLAMA_ARG_PORT, metrics from its variable",
+        c(
+            image=LL,
+            env=[{"name": "LLAMA_ARG_PORT", "value": "80"}, {"name": "LLAMA_ARG_ENDPOINT_METRICS", "value": "1"}],
+        ),
+        "pod",
+        Choice(),
+        {"action": "probe", "engine": "llamacpp", "port": 80, "port_from": "LLAMA_ARG_PORT", "enable": ("", "")},
+    ),
+    (
+        "llama.cpp bad LLAMA_ARG_PORT",
+        c(image=LL, env=[{"name": "LLAMA_ARG_PORT", "value": "http"}]),
+        "pod",
+        Choice(),
+        {"action": "skip", "why": "its LLAMA_ARG_PORT is 'http'"},
+    ),
+    (
+        "llama.cpp without metrics: its variable turns them on; loopback",
+        c(image=LL, args=["-m", "/m.gguf"]),
+        "pod",
+        Choice(),
+        {"action": "probe", "port": 8080, "enable": ("env", "LLAMA_ARG_ENDPOINT_METRICS"), "loopback": True},
+    ),
+    (
+        "llama.cpp with --metrics and --host 0.0.0.0",
+        c(image=LL, args=["--metrics", "--host", "0.0.0.0", "--port", "8081"]),
+        "pod",
+        Choice(),
+        {"action": "probe", "port": 8081, "enable": ("", ""), "loopback": False},
+    ),
+    (
+        "llama.cpp host from LLAMA_ARG_HOST",
+        c(image=LL, args=["--metrics"], env=[{"name": "LLAMA_ARG_HOST", "value": "0.0.0.0"}]),
+        "pod",
+        Choice(),
+        {"action": "probe", "loopback": False},
+    ),
+    (
+        "llama.cpp rpc-server worker",
+        c(image="ghcr.io/ggml-org/llama.cpp:full", command=["/app/rpc-server", "-p", "50052"]),
+        "pod",
+        Choice(),
+        {"action": "skip", "why": "rpc-server"},
+    ),
+    (
+        "sglang without --enable-metrics: appended",
+        c(image=SG, command=["python3", "-m", "sglang.launch_server", "--port", "30001"]),
+        "pod",
+        Choice(),
+        {"action": "probe", "port": 30001, "enable": ("arg", "--enable-metrics"), "loopback": True},
+    ),
+    (
+        "sglang script without --enable-metrics: skipped",
+        sh("python3 -m sglang.launch_server --port 30000", image=SG),
+        "pod",
+        Choice(),
+        {"action": "skip", "why": "add --enable-metrics"},
+    ),
+    (
+        "sglang default port assumed",
+        c(image=SG, command=["python3", "-m", "sglang.launch_server", "--enable-metrics"]),
+        "pod",
+        Choice(),
+        {"action": "probe", "port": 30000, "port_from": "assumed: sglang's default"},
+    ),
+    (
+        "sglang leader: LWS_WORKER_INDEX is 0",
+        c(
+            image=SG,
+            args=["python3", "-m", "sglang.launch_server", "--node-rank", "$(LWS_WORKER_INDEX)", "--enable-metrics"],
+        ),
+        "leader",
+        Choice(),
+        {"action": "probe", "port": 30000},
+    ),
+    (
+        "sglang node rank from the pod index",
+        sh("python3 -m sglang.launch_server --node-rank $POD_INDEX --port 8000 --enable-metrics", image=SG),
+        "pod",
+        Choice(),
+        {"action": "skip", "why": "its --node-rank is $POD_INDEX"},
+    ),
+    (
+        "node rank 1",
+        c(args=["--node-rank", "1"]),
+        "pod",
+        Choice(),
+        {"action": "skip", "why": "--node-rank 1: only rank 0"},
+    ),
+    ("node rank 0", c(args=["--node_rank", "0"]), "pod", Choice(), {"action": "probe"}),
+    ("vllm headless", c(args=["--headless"]), "pod", Choice(), {"action": "skip", "why": "--headless"}),
+    (
+        "vllm dp start rank without lb",
+        c(args=["--data-parallel-start-rank", "2"]),
+        "pod",
+        Choice(),
+        {"action": "skip", "why": "--data-parallel-start-rank 2"},
+    ),
+    (
+        "vllm dp start rank with hybrid lb serves",
+        c(args=["--data-parallel-start-rank", "2", "--data-parallel-hybrid-lb"]),
+        "pod",
+        Choice(),
+        {"action": "probe"},
+    ),
+    ("vllm dp start rank 0", c(args=["--data-parallel-start-rank=0"]), "pod", Choice(), {"action": "probe"}),
+    (
+        "api-server-count 0",
+        c(args=["--api-server-count", "0"]),
+        "pod",
+        Choice(),
+        {"action": "skip", "why": "0: headless"},
+    ),
+    ("api-server-count 2", c(args=["--api-server-count", "2"]), "pod", Choice(), {"action": "probe"}),
+    (
+        "ray worker",
+        sh("ray start --address=$(HEAD):6379 --block"),
+        "pod",
+        Choice(),
+        {"action": "skip", "why": "ray start"},
+    ),
+    (
+        "multi-node-serving worker",
+        sh("bash /w/multi-node-serving.sh worker --ray_address=x"),
+        "pod",
+        Choice(),
+        {"action": "skip", "why": "multi-node-serving.sh worker"},
+    ),
+    (
+        "vllm with --disable-log-stats",
+        c(args=["--port", "8000", "--disable-log-stats"]),
+        "pod",
+        Choice(),
+        {"action": "skip", "why": "remove --disable-log-stats"},
+    ),
+    (
+        "custom image, no server command, no port",
+        c(image="me/vllm-tools:1", command=["python3", "tool.py"]),
+        "pod",
+        Choice(),
+        {"action": "skip", "why": "its port is unknown"},
+    ),
+    (
+        "containerPort named http wins",
+        c(image="me/vllm:1", ports=[{"name": "grpc", "containerPort": 9}, {"name": "http", "containerPort": 8888}]),
+        "pod",
+        Choice(),
+        {"action": "probe", "port": 8888},
+    ),
+    (
+        "containerPort not a number",
+        c(image="me/vllm:1", ports=[{"containerPort": "x"}]),
+        "pod",
+        Choice(),
+        {"action": "skip", "why": "its containerPort is 'x'"},
+    ),
+    (
+        "plain health check replaced",
+        c(livenessProbe=HEALTH),
+        "pod",
+        Choice(),
+        {"liveness": "replaced", "startup": True},
+    ),
+    ("ours", c(livenessProbe=OURS, startupProbe=HEALTH), "pod", Choice(), {"liveness": "ours", "startup": False}),
+    ("custom kept", c(livenessProbe=CUSTOM), "pod", Choice(), {"action": "keep", "why": "--force replaces it"}),
+    ("custom forced", c(livenessProbe=CUSTOM), "pod", Choice(force=True), {"liveness": "replaced"}),
+    (
+        "initial delay guards loading",
+        c(livenessProbe={**HEALTH, "initialDelaySeconds": 600}),
+        "pod",
+        Choice(),
+        {"startup": False},
+    ),
+    ("readiness added", c(), "pod", Choice(drain=True), {"readiness": "added"}),
+    ("readiness not asked", c(), "pod", Choice(), {"readiness": ""}),
+    ("readiness plain replaced", c(readinessProbe=HEALTH), "pod", Choice(drain=True), {"readiness": "replaced"}),
+    ("readiness ours", c(readinessProbe=OURS), "pod", Choice(drain=True), {"readiness": "ours"}),
+    ("readiness custom kept", c(readinessProbe=CUSTOM), "pod", Choice(drain=True), {"readiness": "kept"}),
+    (
+        "readiness custom forced",
+        c(readinessProbe=CUSTOM),
+        "pod",
+        Choice(drain=True, force=True),
+        {"readiness": "replaced"},
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "container", "role", "choice", "expected"), SCENARIOS, ids=[s[0] for s in SCENARIOS])
+def test_decision(name: str, container: dict[str, Any], role: str, choice: Choice, expected: dict[str, Any]) -> None:
+    assert SCENARIOS
+    decision = decide(container, role, choice)
+    for field, value in expected.items():
+        if field in {"why", "port_from"}:
+            assert value in getattr(decision, field), (field, decision)
+        else:
+            assert getattr(decision, field) == value, (field, decision)
+
+
+def test_engines_are_named_by_image_or_command() -> None:
+    assert engine_of(c(image="me/x:1", command=["llama-server"])) == "llamacpp"
+    assert engine_of(c(image=SG)) == "sglang"
+    assert engine_of(c(image="nginx")) is None
+    assert set(SERVING) == {"vllm", "sglang", "llamacpp"}
+
+
+def test_the_shell_splits_as_a_shell_does() -> None:
+    env = {"P": "1", "Q": "two words"}
+    assert shell_words("a 'b c' \\\n d; e && f | g\nh # comment", env) == [
+        ["a", "b c", "d"],
+        ["e"],
+        ["f"],
+        ["g"],
+        ["h"],
+    ]
+    assert shell_words("exec X=1 vllm serve $P ${Q} ${R:-3} ${S} $ $T", env) == [
+        ["vllm", "serve", "1", "two words", "3", "${S}", "$", "$T"]
+    ]
+    assert shell_words("if true; then vllm serve; fi", {}) == [["true"], ["vllm", "serve"], ["fi"]]
+    assert shell_words("unclosed 'quote", {}) == []
+    assert shell_words("${unclosed", {}) == [["${unclosed"]]
+
+
+def test_the_kubelets_expansion() -> None:
+    assert k8s_expand("$(A)-$$(A)-$(B)-$(", {"A": "x"}) == "x-$(A)-$(B)-$("
+    assert env_values({"env": [{"name": "A", "value": 1}, {"name": "B", "value": "$(A)2"}, {"name": "C"}, "x"]}) == {
+        "A": "1",
+        "B": "12",
+    }
+
+
+def test_command_lines() -> None:
+    assert command_lines({}, {}) == []
+    assert command_lines({"command": ["bash", "-ex", "-c", "a --x_y=1", "sh"]}, {}) == [["a", "--x-y=1"]]
+    assert command_lines({"command": ["bash", "-e"], "args": ["script.sh"]}, {}) == [["bash", "-e", "script.sh"]]
+    assert command_lines({"command": ["bash", "--login", "-c"]}, {}) == [["bash", "--login", "-c"]]
+    assert command_lines({"args": ["-x_y", "--a_b", "--c_d=e_f"]}, {}) == [["-x_y", "--a-b", "--c-d=e_f"]]
+
+
+def test_flag_value_takes_the_last() -> None:
+    assert flag_value(["--port", "1", "--port=2"], ("--port",)) == "2"
+    assert flag_value(["--port"], ("--port",)) is None
+    assert flag_value(["--portx", "1"], ("--port",)) is None
