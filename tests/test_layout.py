@@ -53,6 +53,8 @@ PEERS = {
     ("stallprobe.watch.command", "stallprobe.watch.view"),
     ("stallprobe.watch.poll", "stallprobe.watch.runner"),
     ("stallprobe.watch.view", "stallprobe.watch.poll"),
+    ("stallprobe.watch.serve", "stallprobe.watch.poll"),
+    ("stallprobe.watch.command", "stallprobe.watch.serve"),
     ("stallprobe.inject", "stallprobe.inject.command"),
     ("stallprobe.inject", "stallprobe.inject.core"),
     ("stallprobe.inject", "stallprobe.inject.decide"),

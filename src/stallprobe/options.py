@@ -134,6 +134,15 @@ def dns_name(name: str, text: str) -> str:
     return text
 
 
+def address(name: str, text: str) -> tuple[str, int]:
+    """HOST:PORT (an IPv6 host in brackets), for a server to listen on; port 0 picks a free one."""
+    host, _, port = text.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not host or not (port.isascii() and port.isdigit() and int(port) < 65536):
+        raise UsageError(f"{name} must be HOST:PORT (got {text!r})")
+    return host, int(port)
+
+
 def command(name: str, text: str) -> tuple[str, ...]:
     """A command line, split as a shell would split it (but run without one)."""
     import shlex  # only for watch's hooks: shlex loads re
@@ -346,6 +355,14 @@ ON_SATURATED = Option(
 COOLDOWN = Option(
     "--cooldown", "SECONDS", non_negative, DEFAULT_COOLDOWN, "per endpoint, the least time between two runs of a hook"
 )
+LISTEN = Option(
+    "--listen",
+    "HOST:PORT",
+    address,
+    None,
+    "serve /metrics (Prometheus) and /ready?url=URL (load balancers) while polling",
+    shown="off",
+)
 HOOK_TIMEOUT = Option(
     "--hook-timeout", "SECONDS", positive, DEFAULT_HOOK_TIMEOUT, "kill a hook (and its process group) after this long"
 )
@@ -434,6 +451,7 @@ WATCH = (
     ON_SATURATED,
     COOLDOWN,
     HOOK_TIMEOUT,
+    LISTEN,
 )
 # The probe's own flags that inject writes into the probes it adds, when given.
 PASSED_ON = (*ENGINE_OPTIONS, CANARY, CANARY_INTERVAL, SERVER_LOAD, API_KEY_FILE)

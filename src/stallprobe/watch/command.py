@@ -26,6 +26,9 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from types import FrameType
 
+    from ..options import Values
+    from .serve import Board
+
 __all__ = ["configure", "help_text", "main"]
 
 USAGE = "usage: stallprobe watch URL [URL ...] [--interval S] [--window S] [--once] [--json] [options]"
@@ -124,13 +127,22 @@ def configure(argv: Sequence[str], environ: Mapping[str, str]) -> WatchConfig | 
         hooks=hooks,
         cooldown=values.number("cooldown"),
         hook_timeout=values.number("hook_timeout"),
+        listen=_listen(values),
         # The key from --api-key-file only: a watch is not in the engine's container, and reads no
         # environment variables.
         key=api_key(values, {}),
     )
 
 
-def _run(watch: Watch, output: Output) -> int:
+def _listen(values: Values) -> tuple[str, int] | None:
+    value = values.value("listen")
+    if value is None:
+        return None
+    assert isinstance(value, tuple)
+    return str(value[0]), int(value[1])
+
+
+def _run(watch: Watch, output: Output, board: Board | None) -> int:
     interval = watch.config.interval
     if watch.config.once:
         started = time.monotonic()
@@ -142,7 +154,10 @@ def _run(watch: Watch, output: Output) -> int:
         return once_code(rows)
     next_at = time.monotonic()
     while True:
-        output.show(watch.poll())
+        rows = watch.poll()
+        if board is not None:
+            board.update(rows)
+        output.show(rows)
         next_at += interval
         delay = next_at - time.monotonic()
         if delay > 0:
@@ -172,11 +187,23 @@ def main(argv: Sequence[str], environ: Mapping[str, str]) -> int:
     assert isinstance(config, WatchConfig)
     watch = Watch(config, environ)
     output = Output(config, sys.stdout)
+    board = server = None
+    if config.listen is not None:
+        from .serve import Board, listen
+
+        board = Board(config.urls)
+        try:
+            server = listen(*config.listen, board)
+        except OSError as exc:
+            raise UsageError(f"--listen {config.listen[0]}:{config.listen[1]}: {exc.strerror or exc}") from None
+        host, port = str(server.server_address[0]), int(server.server_address[1])
+        shown = f"[{host}]" if ":" in host else host
+        print(f"stallprobe watch: serving http://{shown}:{port}/metrics and /ready?url=URL", file=sys.stderr)
     # SIGTERM (systemd stopping the watchdog) ends it as cleanly as Ctrl-C does.
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _stop) if main_thread else None
     try:
-        return _run(watch, output)
+        return _run(watch, output, board)
     except KeyboardInterrupt:
         return ExitCode.INTERRUPTED if config.once else ExitCode.OK
     except BrokenPipeError:
@@ -190,3 +217,6 @@ def main(argv: Sequence[str], environ: Mapping[str, str]) -> int:
             pass
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+        if server is not None:
+            server.shutdown()
+            server.server_close()

@@ -53,6 +53,7 @@ class WatchConfig:
         "interval",
         "json",
         "key",
+        "listen",
         "names",
         "once",
         "progress",
@@ -80,6 +81,7 @@ class WatchConfig:
         cooldown: float = DEFAULT_COOLDOWN,
         hook_timeout: float = DEFAULT_HOOK_TIMEOUT,
         key: str = "",
+        listen: tuple[str, int] | None = None,
     ) -> None:
         self.urls = tuple(urls)
         self.interval = interval
@@ -99,6 +101,7 @@ class WatchConfig:
         self.cooldown = cooldown
         self.hook_timeout = hook_timeout
         self.key = key  # the API key to send (--api-key-file), "" for none
+        self.listen = listen  # where to serve /metrics and /ready (--listen), None: nowhere
 
 
 class Row:
