@@ -1,0 +1,288 @@
+"""`stallprobe inject` on real public manifests (tests/fixtures/manifests/SOURCES.md says where each came
+from), through the real command: exact expectations per container, strict schema validation,
+idempotence, untouched documents byte for byte, Helm's post-renderer contract, and Kustomize's exec KRM
+function run by a real `kubectl kustomize`."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from conftest import REPO
+
+K8S = kubernetes_validate.latest_version()
+MANIFESTS = REPO / "tests" / "fixtures" / "manifests"
+
+
+def run(text: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "stallprobe", "inject", "--pyz", os.devnull, *args],
+        input=text,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def split(text: str) -> list[str]:
+    """The stream's documents as text, cut where each `---` line starts (as inject cuts them)."""
+    pieces: list[str] = []
+    for line in text.splitlines(keepends=True):
+        if (line.startswith("---") and pieces) or not pieces:
+            pieces.append(line)
+        else:
+            pieces[-1] += line
+    return pieces
+
+
+def validate(doc: dict[str, Any]) -> None:
+    if doc["kind"] == "LeaderWorkerSet":
+        lwt = doc["spec"]["leaderWorkerTemplate"]
+        for name in ("leaderTemplate", "workerTemplate"):
+            pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}, "spec": lwt[name]["spec"]}
+            kubernetes_validate.validate(pod, K8S, strict=True)
+    elif doc["kind"] != "ClusterServingRuntime":
+        kubernetes_validate.validate(doc, K8S, strict=True)
+
+
+# file -> (expected stderr lines after "stallprobe inject: ", the containers probed: (path, port, startup))
+EXPECTED: dict[str, tuple[list[str], list[tuple[tuple[Any, ...], int, bool]]]] = {
+    "gaie-vllm-gpu-deployment-092fdaa.yaml": (
+        ["deployment/vllm-qwen3-32b container vllm: replaced the liveness probe (vllm, port 8000 from --port"],
+        [(("spec", "template", "spec", "containers", 0), 8000, False)],
+    ),
+    "lws-vllm-gpu-0e2e095.yaml": (
+        [
+            "leaderworkerset/vllm leader container vllm-leader: added the liveness probe (vllm, port 8080 from --port",
+            "leaderworkerset/vllm worker container vllm-worker: skipped: a LeaderWorkerSet worker",
+        ],
+        [(("spec", "leaderWorkerTemplate", "leaderTemplate", "spec", "containers", 0), 8080, True)],
+    ),
+    "lws-sglang-0377103.yaml": (
+        [
+            "leaderworkerset/sglang leader container sglang-leader: added the liveness probe (sglang, port 40000",
+            "leaderworkerset/sglang worker container sglang-worker: skipped: a LeaderWorkerSet worker",
+        ],
+        [(("spec", "leaderWorkerTemplate", "leaderTemplate", "spec", "containers", 0), 40000, True)],
+    ),
+    "sglang-distributed-sts-622284e.yaml": (
+        [
+            "statefulset/distributed-sglang container sglang-container: skipped: a multi-node worker: its "
+            "--node-rank is $POD_INDEX, which differs from pod to pod"
+        ],
+        [],
+    ),
+    "kserve-vllmserver-1cb62ae.yaml": (
+        ["clusterservingruntime/kserve-vllmserver: skipped: kind ClusterServingRuntime is not supported"],
+        [],
+    ),
+}
+
+
+def dig(doc: Any, path: tuple[Any, ...]) -> Any:
+    for key in path:
+        doc = doc[key]
+    return doc
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_real_manifest(name: str) -> None:
+    text = (MANIFESTS / name).read_text()
+    lines, probed = EXPECTED[name]
+    first = run(text)
+    assert first.returncode == 0, first.stderr
+    said = [line.removeprefix("stallprobe inject: ") for line in first.stderr.splitlines()]
+    assert len(said) == len(lines), said
+    for line, start in zip(said, lines):
+        assert line.startswith(start), (line, start)
+    docs = [d for d in yaml.safe_load_all(first.stdout) if d is not None]
+    for doc in docs:
+        validate(doc)
+    for path, port, startup in probed:
+        container = dig(docs[0], path)
+        assert f"http://127.0.0.1:{port}/metrics" in container["livenessProbe"]["exec"]["command"]
+        assert ("startupProbe" in container) is (startup or "startupProbe" in dig(next(yaml.safe_load_all(text)), path))
+    # Untouched documents come back byte for byte; a probed one is followed by the ConfigMap.
+    before, after = split(text), split(first.stdout)
+    untouched = [piece for piece in before if piece in after]
+    changed = len(before) - len(untouched)
+    assert changed == (1 if probed else 0)
+    assert len(after) == len(before) + (1 if probed else 0)
+    if not probed:
+        assert first.stdout == text
+    # A second run changes nothing, says so, and --check agrees.
+    second = run(first.stdout)
+    assert second.stdout == first.stdout
+    assert all("skipped" in line or "already injected, unchanged" in line for line in second.stderr.splitlines())
+    assert run(first.stdout, "--check").returncode == 0
+    assert run(text, "--check").returncode == (3 if probed else 0)
+
+
+def test_comments_and_block_scalars_survive_in_a_changed_document() -> None:
+    text = (MANIFESTS / "gaie-vllm-gpu-deployment-092fdaa.yaml").read_text()
+    out = run(text).stdout
+    for kept in (
+        "# IMPORTANT: preStop.sleep is beta as of Kubernetes 1.30",
+        "  configmap.yaml: |\n      vLLMLoRAConfig:\n",
+        "volumeMounts: # DO NOT USE subPath",
+        '"/adapters"',
+    ):
+        assert kept in out, kept
+    assert "lora-adapter-syncer" in out  # the sidecar init container, untouched
+    syncer = next(yaml.safe_load_all(out))["spec"]["template"]["spec"]["initContainers"][0]
+    assert "livenessProbe" not in syncer
+
+
+def test_helm_post_renderer_contract() -> None:
+    """Helm pipes every rendered manifest (`---` and `# Source:` comments) to the command's stdin and
+    takes its stdout; a non-zero exit fails the release."""
+    rendered = "".join(
+        f"---\n# Source: chart/templates/{name}\n" + (MANIFESTS / name).read_text().removeprefix("---\n")
+        for name in ("lws-sglang-0377103.yaml", "kserve-vllmserver-1cb62ae.yaml")
+    )
+    done = subprocess.run(
+        [
+            "stallprobe" if shutil.which("stallprobe") else sys.executable,
+            *([] if shutil.which("stallprobe") else ["-m", "stallprobe"]),
+            "inject",
+            "--pyz",
+            os.devnull,
+        ],
+        input=rendered,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    kinds = [d["kind"] for d in yaml.safe_load_all(done.stdout) if d]
+    assert kinds == ["LeaderWorkerSet", "Service", "ClusterServingRuntime", "ConfigMap"]
+    assert "# Source: chart/templates/kserve-vllmserver-1cb62ae.yaml" in done.stdout
+    bad = run("kind: [unclosed")
+    assert (bad.returncode, bad.stdout) == (2, "")
+
+
+KUSTOMIZE = shutil.which("kubectl")
+
+
+def _kustomize_flags() -> list[str]:
+    """Exec functions need --enable-alpha-plugins, and --enable-exec where the build has that flag."""
+    if KUSTOMIZE is None:
+        return []
+    usage = subprocess.run([KUSTOMIZE, "kustomize", "--help"], capture_output=True, text=True, check=False).stdout
+    return ["--enable-alpha-plugins", *(["--enable-exec"] if "--enable-exec" in usage else [])]
+
+
+KUSTOMIZE_FLAGS = _kustomize_flags()
+
+
+@pytest.mark.skipif(
+    "--enable-exec" not in KUSTOMIZE_FLAGS,
+    reason="no kubectl whose kustomize runs exec functions (--enable-exec); the ResourceList test below stands in",
+)
+def test_kustomize_runs_inject_as_an_exec_krm_function(tmp_path: Path) -> None:
+    for name in ("lws-vllm-gpu-0e2e095.yaml", "gaie-vllm-gpu-deployment-092fdaa.yaml"):
+        shutil.copy(MANIFESTS / name, tmp_path / name)
+    script = tmp_path / "stallprobe-inject"
+    script.write_text(f'#!/bin/sh\nexec {sys.executable} -m stallprobe inject --pyz {os.devnull} "$@"\n')
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    (tmp_path / "inject.yaml").write_text(
+        "apiVersion: stallprobe.dev/v1\n"
+        "kind: Inject\n"
+        "metadata:\n"
+        "  name: stallprobe\n"
+        "  annotations:\n"
+        "    config.kubernetes.io/function: |\n"
+        "      exec:\n"
+        "        path: ./stallprobe-inject\n"
+        "spec:\n"
+        "  window: 300\n"
+        "  startup-budget: 3600\n"
+    )
+    (tmp_path / "kustomization.yaml").write_text(
+        "resources:\n- lws-vllm-gpu-0e2e095.yaml\n- gaie-vllm-gpu-deployment-092fdaa.yaml\n"
+        "transformers:\n- inject.yaml\n"
+    )
+    assert KUSTOMIZE is not None
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    done = subprocess.run(
+        [KUSTOMIZE, "kustomize", *KUSTOMIZE_FLAGS, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    docs = {d["kind"]: d for d in yaml.safe_load_all(done.stdout) if d}
+    assert set(docs) == {"LeaderWorkerSet", "Deployment", "ConfigMap"}
+    leader = docs["LeaderWorkerSet"]["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"][0]
+    command = leader["livenessProbe"]["exec"]["command"]
+    assert command[command.index("--window") + 1] == "300"
+    assert leader["startupProbe"]["failureThreshold"] == 360
+    worker = docs["LeaderWorkerSet"]["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]
+    assert "livenessProbe" not in worker
+    for doc in docs.values():
+        validate(doc)
+
+
+def test_print_probe_gives_the_fields_to_embed() -> None:
+    done = run("", "--print-probe", "--engine", "vllm", "--port", "8000", "--output", "json")
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert set(out) == {"container", "volumes", "configMap"}
+    assert set(out["container"]) == {"livenessProbe", "startupProbe", "volumeMounts"}
+    assert out["container"]["startupProbe"]["httpGet"] == {"path": "/health", "port": 8000}
+    assert "http://127.0.0.1:8000/metrics" in out["container"]["livenessProbe"]["exec"]["command"]
+    assert out["configMap"]["kind"] == "ConfigMap"
+    as_yaml = run("", "--print-probe", "--engine", "llamacpp", "--port", "8080")
+    assert yaml.safe_load(as_yaml.stdout)["container"]["startupProbe"]["exec"]["command"][:2] == ["python3", "-I"]
+    missing = run("", "--print-probe")
+    assert missing.returncode == 2
+    assert "--print-probe needs --engine" in missing.stderr
+
+
+def test_drain_after_writes_the_readiness_probe() -> None:
+    text = (MANIFESTS / "gaie-vllm-gpu-deployment-092fdaa.yaml").read_text()
+    done = run(text, "--drain-after", "30")
+    assert done.returncode == 0, done.stderr
+    c = next(yaml.safe_load_all(done.stdout))["spec"]["template"]["spec"]["containers"][0]
+    live, ready = c["livenessProbe"], c["readinessProbe"]
+    assert ready["exec"]["command"] == [*live["exec"]["command"], "--ready", "--drain-after", "30"]
+    assert (ready["periodSeconds"], ready["failureThreshold"], ready["successThreshold"]) == (5, 1, 1)
+    assert ready["timeoutSeconds"] == live["timeoutSeconds"]
+    assert "traffic stops about 35 s after the last progress" in done.stderr
+
+
+def test_krm_function_contract_resource_list_in_and_out() -> None:
+    """What kustomize sends an exec function: a ResourceList, functionConfig carrying the options."""
+    items = [d for d in yaml.safe_load_all((MANIFESTS / "lws-vllm-gpu-0e2e095.yaml").read_text()) if d]
+    resource_list = {
+        "apiVersion": "config.kubernetes.io/v1",
+        "kind": "ResourceList",
+        "items": items,
+        "functionConfig": {"apiVersion": "x/v1", "kind": "Inject", "spec": {"window": 300, "startup-budget": 3600}},
+    }
+    done = run(yaml.safe_dump(resource_list))
+    assert done.returncode == 0, done.stderr
+    out = yaml.safe_load(done.stdout)
+    assert out["kind"] == "ResourceList"
+    kinds = [item["kind"] for item in out["items"]]
+    assert kinds == ["LeaderWorkerSet", "ConfigMap"]
+    leader = out["items"][0]["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"][0]
+    command = leader["livenessProbe"]["exec"]["command"]
+    assert command[command.index("--window") + 1] == "300"
+    assert leader["startupProbe"]["failureThreshold"] == 360
+    bad = run(yaml.safe_dump({**resource_list, "functionConfig": {"spec": {"window": 0}}}))
+    assert bad.returncode == 2
+    assert "--window must be a number > 0" in bad.stderr
