@@ -447,4 +447,5 @@ def test_a_pause_sign_and_a_dialect_default_to_nothing_paused() -> None:
     plain = Dialect("x", running="r", waiting="w", prompt="p", generation="g", port=1, hints=("x",))
     assert (plain.pause_signs, plain.pause_route, plain.load_route, plain.health_route) == ((), "", "", "/health")
     assert [d.health_route for d in DIALECTS] == ["/health"] * 3
-    assert VLLM.with_names(running="x").health_route == "/health"
+    other = Dialect("x", running="r", waiting="w", prompt="p", generation="g", port=1, hints=(), health_route="/ready")
+    assert other.with_names(running="y").health_route == "/ready"
