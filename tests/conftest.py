@@ -177,3 +177,15 @@ def sum_families(page: bytes, names: Iterable[str]) -> dict[str, float | None]:
 def read_sample(page: bytes, t: float, dialect: Dialect = VLLM) -> Sample:
     """The whole page as one sample, every engine summed."""
     return read_engines(page, t, dialect.with_names(engine_label=""))[""]
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Say why the real-vLLM tests did not run in a plain `pytest` (the README's command), and how to run
+    them; the closing line stays pytest's own."""
+    deselected = terminalreporter.stats.get("deselected", [])
+    vllm = [item for item in deselected if getattr(item, "get_closest_marker", lambda _: None)("vllm")]
+    if vllm:
+        terminalreporter.write_line(
+            f"{len(vllm)} tests of a real vLLM deselected: they need a 3.4 GB venv of its CPU build, which "
+            ".ci/run makes and runs them in (pytest -m vllm tests/test_real_vllm.py)"
+        )
