@@ -182,6 +182,8 @@ def read_sample(page: bytes, t: float, dialect: Dialect = VLLM) -> Sample:
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Say why the real-vLLM tests did not run in a plain `pytest` (the README's command), and how to run
     them; the closing line stays pytest's own."""
+    if terminalreporter.config.getoption("markexpr") != "not vllm":  # asked for them, or for all
+        return
     deselected = terminalreporter.stats.get("deselected", [])
     vllm = [item for item in deselected if getattr(item, "get_closest_marker", lambda _: None)("vllm")]
     if vllm:

@@ -453,3 +453,47 @@ def test_a_healthy_idle_engine_answers_the_canary_and_stays_idle(engine: Engine,
     # one reads the counters its token moved.
     assert answered == 3, runs(probe)
     engine.wait_for(generated_is(generated(before) + answered), f"{answered} canary tokens")
+
+
+def test_readiness_drains_a_stopped_engine_core_before_liveness_restarts_it(engine: Engine, tmp_path: Path) -> None:
+    """Readiness (--drain-after half the window) and liveness on one state file, the engine core stopped
+    mid-generation: not ready after the drain window while liveness is still suspect, stalled after its own;
+    ready again once the core runs."""
+    generation = engine.generate(workers=2)
+    generation.wait_first_token(ENGINE_TIMEOUT)
+    state = tmp_path / "probe.state"
+    options = ["--timeout", f"{PROBE_TIMEOUT:g}"]
+    drain = WINDOW / 2
+    liveness = Probe(engine.metrics_url, state, WINDOW, timeout=30, extra=options)
+    readiness = Probe(
+        engine.metrics_url, state, WINDOW, timeout=30, extra=[*options, "--ready", "--drain-after", f"{drain:g}"]
+    )
+    run = judge(liveness)
+    assert run.verdict == "baseline", run
+    engine.wait_moved(seen_by(run))
+    run = judge(readiness)
+    assert (run.code, run.verdict, run.fields["ready"]) == (0, "progressing", True), run
+
+    core = engine.core()
+    assert sigstop(core) == "T"
+    try:
+        engine.wait_frozen()
+        run = judge(readiness)
+        if run.verdict == "progressing":  # the last steps before the stop
+            run = judge(readiness)
+        rewind(state, drain)
+        run = judge(readiness)
+        assert (run.code, run.verdict, run.fields["ready"]) == (1, "stalled", False), runs(readiness)
+        assert run.line.startswith("not ready: stalled: "), run.line
+        run = judge(liveness)  # the same stall clock, judged under the liveness window
+        stalled_for = number(run, "stalled_for")
+        assert (run.code, run.verdict) == ((1, "stalled") if stalled_for >= WINDOW else (0, "suspect")), run
+        rewind(state, WINDOW)
+        run = judge(liveness)
+        assert (run.code, run.verdict) == (1, "stalled"), runs(liveness)
+    finally:
+        sigcont(core)
+    engine.wait_moved(seen_by(run))
+    run = judge(readiness)
+    assert (run.code, run.fields["ready"]) == (0, True), run
+    assert generation.errors == []
