@@ -51,12 +51,14 @@ sys.exit(main())
 
 REQUIRED = ("stallprobe/__init__.py", "stallprobe/cli.py")
 # The modules a probe run loads get bytecode (tests/test_cost.py checks that this is exactly the set a
-# run loads); the tools (inject, watch, this builder) ride along as source only, so the archive also
+# run loads, with api for a run that finds the engine looking stuck: compiling it from source would cost
+# such a run ~3 ms); the tools (inject, watch, this builder) ride along as source only, so the archive also
 # answers `watch` and `inject`, a little slower to start.
 HOT = tuple(
     f"stallprobe/{name}.py"
     for name in (
         "__init__",
+        "api",
         "cli",
         "detector",
         "engines",
