@@ -505,3 +505,27 @@ def test_liveness_and_readiness_at_once_never_lose_a_sample_nor_reset_the_clock(
     after, _ = load(str(state), read_boot_id())
     assert after is not None
     assert after["0"].stall_since == since
+
+
+@pytest.mark.parametrize(
+    ("completions", "verdict", "words"),
+    [
+        (Route(COMPLETION), "idle", "the canary was answered in "),
+        (Route(COMPLETION, hold=30), "suspect", "the canary got no answer within 1.0 s"),
+    ],
+    ids=["answered", "hung"],
+)
+def test_watch_sends_the_canary_to_an_idle_looking_engine_as_the_probe_does(
+    stub: Stub, completions: Route, verdict: str, words: str
+) -> None:
+    stub.routes["/v1/models"] = Route(MODELS)
+    stub.routes["/v1/completions"] = completions
+    watch = ["watch", "--once", "--json", "--interval", "0.3", "--timeout", "1", "--canary"]
+    result = subprocess.run(
+        [sys.executable, "-m", "stallprobe", *watch, stub.url], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == ExitCode.OK, result.stdout + result.stderr
+    (row,) = [json.loads(line) for line in result.stdout.splitlines()]
+    assert row["verdict"] == verdict
+    assert words in str(row["message"])
+    assert stub.count("/v1/completions") == 1  # the first poll is the baseline: nothing to compare yet

@@ -12,16 +12,18 @@ from __future__ import annotations
 import time
 
 from .errors import MetricsError, ScrapeError, ScrapeTimeout
+from .report import secs
 from .scrape import exchange, status_error
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from .detector import Sample
+    from .detector import Sample, State
+    from .engines import Dialect
     from .scrape import Answer
 
-__all__ = ["ask_paused", "canary", "in_flight", "is_paused", "origin"]
+__all__ = ["ask_idle", "ask_paused", "canary", "in_flight", "is_paused", "looks_idle", "origin"]
 
 # vLLM answers /is_paused through its engine core, between two steps: within milliseconds when it is
 # paused (the core is idle) or healthy; a wedged core never answers. A second is far above the first and
@@ -119,3 +121,61 @@ def canary(base: str, key: str, timeout: float) -> float | None:
     except ScrapeTimeout:
         return None
     return time.monotonic() - started
+
+
+def looks_idle(samples: Mapping[str, Sample], previous: Mapping[str, State] | None) -> bool:
+    """Every engine idle to its gauges, and nothing moved since the last look (or a canary is owed an
+    answer): only then can requests be hanging where the gauges do not see them. Never for a busy one."""
+    if not previous or any(sample.running or sample.waiting for sample in samples.values()):
+        return False
+    for name, sample in samples.items():
+        before = previous.get(name)
+        if before is None or not before.last.answered:
+            return False
+        last = before.last
+        moved = (sample.generation, sample.prompt, sample.signals) != (last.generation, last.prompt, last.signals)
+        if moved and not last.pending:
+            return False
+    return True
+
+
+def ask_idle(
+    samples: Mapping[str, Sample],
+    previous: Mapping[str, State] | None,
+    *,
+    base: str,
+    dialect: Dialect,
+    key: str,
+    timeout: float,
+    canary_on: bool,
+    server_load: bool,
+    interval: float,
+    facts: dict[str, float],
+    now: float,
+) -> tuple[dict[str, Sample], str]:
+    """For an engine that looks idle (looks_idle): the requests its server has in flight (server_load),
+    then the canary (canary_on), at most one per `interval` while they are answered, and at every look
+    while one is owed an answer (`facts["canary_at"]` remembers when the last went out). Either, when
+    it finds requests owed, makes them pending on every engine. The samples, and what was learnt."""
+    if not looks_idle(samples, previous):
+        return dict(samples), ""
+    pending = 0.0
+    note = ""
+    if server_load and dialect.load_route:
+        pending = in_flight(base, dialect.load_route, key, timeout)
+        if pending:
+            note = f"the server has {secs(pending).rstrip('0').rstrip('.')} requests in flight"
+    failing = any(state.last.pending for state in (previous or {}).values())
+    last = facts.get("canary_at")
+    due = failing or last is None or not 0 <= now - last < interval
+    if canary_on and not pending and due:
+        facts["canary_at"] = now
+        took = canary(base, key, timeout)
+        if took is None:
+            pending = 1.0
+            note = f"the canary got no answer within {secs(timeout)} s"
+        else:
+            note = f"the canary was answered in {secs(took)} s"
+    if not pending:
+        return dict(samples), note
+    return {name: sample.replace(pending=pending) for name, sample in samples.items()}, note

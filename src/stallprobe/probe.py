@@ -14,7 +14,7 @@ from . import __version__
 from .detector import Sample, Verdict, assess_engines
 from .errors import EXIT_MEANINGS, ExitCode, ScrapeTimeout
 from .options import PROBE, api_key, dialect_names, help_lines, parse
-from .report import describe, json_fields, secs
+from .report import describe, json_fields
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -133,8 +133,22 @@ def run(config: Config) -> int:
     dialect = choose(page, config.engine, config.names)
     samples = read_engines(page, now, dialect, config.progress)
     note = ""
-    if (config.canary or config.server_load) and _looks_idle(samples, previous):
-        samples, note = _ask_idle(config, dialect, samples, previous=previous, facts=facts, now=now)
+    if config.canary or config.server_load:
+        from .api import ask_idle, origin
+
+        samples, note = ask_idle(
+            samples,
+            previous,
+            base=origin(config.url),
+            dialect=dialect,
+            key=config.key,
+            timeout=config.timeout,
+            canary_on=config.canary,
+            server_load=config.server_load,
+            interval=config.canary_interval,
+            facts=facts,
+            now=now,
+        )
     result = assess_engines(previous, samples, window, config.saturation, include_waiting=config.include_waiting)
     if result.verdict in (Verdict.SUSPECT, Verdict.STALLED) and dialect.pause_route:
         # Asked only now, so a healthy run costs nothing more; no answer is never "paused".
@@ -247,58 +261,6 @@ def _say(
         line = json.dumps(fields, sort_keys=True)
     _print(line)
     return code
-
-
-def _looks_idle(samples: dict[str, Sample], previous: dict[str, State] | None) -> bool:
-    """Every engine idle to its gauges, and nothing moved since the last run (or a canary is owed an
-    answer): only then can requests be hanging where the gauges do not see them."""
-    if not previous or any(sample.running or sample.waiting for sample in samples.values()):
-        return False
-    for name, sample in samples.items():
-        before = previous.get(name)
-        if before is None or not before.last.answered:
-            return False
-        last = before.last
-        moved = (sample.generation, sample.prompt, sample.signals) != (last.generation, last.prompt, last.signals)
-        if moved and not last.pending:
-            return False
-    return True
-
-
-def _ask_idle(
-    config: Config,
-    dialect: Dialect,
-    samples: dict[str, Sample],
-    *,
-    previous: dict[str, State] | None,
-    facts: dict[str, float],
-    now: float,
-) -> tuple[dict[str, Sample], str]:
-    """For an engine that looks idle: the requests the server has in flight (--server-load), then the
-    canary (--canary). Either, when it finds requests owed, makes them pending on every engine."""
-    from .api import canary, in_flight, origin
-
-    base = origin(config.url)
-    pending = 0.0
-    note = ""
-    if config.server_load and dialect.load_route:
-        pending = in_flight(base, dialect.load_route, config.key, config.timeout)
-        if pending:
-            note = f"the server has {secs(pending).rstrip('0').rstrip('.')} requests in flight"
-    failing = any(state.last.pending for state in (previous or {}).values())
-    last_canary = facts.get("canary_at")
-    due = failing or last_canary is None or not 0 <= now - last_canary < config.canary_interval
-    if config.canary and not pending and due:
-        facts["canary_at"] = now
-        took = canary(base, config.key, config.timeout)
-        if took is None:
-            pending = 1.0
-            note = f"the canary got no answer within {secs(config.timeout)} s"
-        else:
-            note = f"the canary was answered in {secs(took)} s"
-    if not pending:
-        return samples, note
-    return {name: sample.replace(pending=pending) for name, sample in samples.items()}, note
 
 
 def _report(

@@ -128,6 +128,9 @@ def configure(argv: Sequence[str], environ: Mapping[str, str]) -> WatchConfig | 
         cooldown=values.number("cooldown"),
         hook_timeout=values.number("hook_timeout"),
         listen=_listen(values),
+        canary=values.flag("canary"),
+        canary_interval=values.number("canary_interval"),
+        server_load=values.flag("server_load"),
         # The key from --api-key-file only: a watch is not in the engine's container, and reads no
         # environment variables.
         key=api_key(values, {}),

@@ -22,7 +22,7 @@ import time
 from ..detector import DEFAULT_SATURATION, DEFAULT_WINDOW, EnginesAssessment, Sample, Verdict, assess_engines
 from ..engines import choose, precision_note, read_engines
 from ..errors import ExitCode, MetricsError, ScrapeError, ScrapeTimeout, StallprobeError
-from ..options import DEFAULT_COOLDOWN, DEFAULT_HOOK_TIMEOUT, DEFAULT_INTERVAL, DEFAULT_TIMEOUT
+from ..options import DEFAULT_CANARY_INTERVAL, DEFAULT_COOLDOWN, DEFAULT_HOOK_TIMEOUT, DEFAULT_INTERVAL, DEFAULT_TIMEOUT
 from ..report import ERROR, UNREACHABLE, describe, note, num, secs
 from ..scrape import fetch
 from .hooks import Memory, consider
@@ -45,6 +45,8 @@ class WatchConfig:
     """Every flag of `stallprobe watch`, validated; the defaults are the option table's."""
 
     __slots__ = (
+        "canary",
+        "canary_interval",
         "cooldown",
         "engine",
         "hook_timeout",
@@ -58,6 +60,7 @@ class WatchConfig:
         "once",
         "progress",
         "saturation",
+        "server_load",
         "timeout",
         "urls",
         "window",
@@ -82,6 +85,9 @@ class WatchConfig:
         hook_timeout: float = DEFAULT_HOOK_TIMEOUT,
         key: str = "",
         listen: tuple[str, int] | None = None,
+        canary: bool = False,
+        canary_interval: float = DEFAULT_CANARY_INTERVAL,
+        server_load: bool = False,
     ) -> None:
         self.urls = tuple(urls)
         self.interval = interval
@@ -102,6 +108,10 @@ class WatchConfig:
         self.hook_timeout = hook_timeout
         self.key = key  # the API key to send (--api-key-file), "" for none
         self.listen = listen  # where to serve /metrics and /ready (--listen), None: nowhere
+        # As the probe's: ask an idle-looking engine its in-flight requests, or send it the canary.
+        self.canary = canary
+        self.canary_interval = canary_interval
+        self.server_load = server_load
 
 
 class Row:
@@ -167,10 +177,14 @@ class Row:
 class _Scrape:
     """One scrape and read of a page, in a thread of its own; `done` is set when it has an outcome."""
 
-    def __init__(self, url: str, config: WatchConfig, previous: dict[str, State] | None) -> None:
+    def __init__(
+        self, url: str, config: WatchConfig, previous: dict[str, State] | None, facts: dict[str, float]
+    ) -> None:
         self.started = time.monotonic()
         self.done = threading.Event()
         self.outcome: tuple[Dialect, dict[str, Sample]] | StallprobeError | None = None
+        self.facts = dict(facts)  # the endpoint's own (when its last canary went out), for this thread
+        self.note = ""  # what the canary or the server's load said
         thread = threading.Thread(target=self._run, args=(url, config, previous), name=f"scrape {url}", daemon=True)
         thread.start()
 
@@ -193,6 +207,22 @@ class _Scrape:
                 raise
             except Exception as exc:
                 raise MetricsError(f"unreadable page: {exc}") from None
+            if config.canary or config.server_load:
+                from ..api import ask_idle, origin
+
+                samples, self.note = ask_idle(
+                    samples,
+                    previous,
+                    base=origin(url),
+                    dialect=dialect,
+                    key=config.key,
+                    timeout=config.timeout,
+                    canary_on=config.canary,
+                    server_load=config.server_load,
+                    interval=config.canary_interval,
+                    facts=self.facts,
+                    now=now,
+                )
             if dialect.pause_route and previous:
                 # As the probe does: an engine that would be suspect or stalled is asked whether its
                 # operator paused it (here, off the poll's thread: a wedged core never answers).
@@ -211,13 +241,14 @@ class _Scrape:
 
 
 class _Endpoint:
-    __slots__ = ("dialect", "pending", "states", "url")
+    __slots__ = ("dialect", "facts", "pending", "states", "url")
 
     def __init__(self, url: str) -> None:
         self.url = url
         self.dialect: Dialect | None = None
         self.states: dict[str, State] | None = None  # the detector's history, in memory
         self.pending: _Scrape | None = None
+        self.facts: dict[str, float] = {}  # when its last canary went out
 
 
 class Watch:
@@ -234,7 +265,7 @@ class Watch:
         """Scrape every endpoint at once, judge each engine, run the hooks; the rows, in URL order."""
         for endpoint in self.endpoints:
             if endpoint.pending is None:
-                endpoint.pending = _Scrape(endpoint.url, self.config, endpoint.states)
+                endpoint.pending = _Scrape(endpoint.url, self.config, endpoint.states, endpoint.facts)
         deadline = time.monotonic() + self.config.timeout + _GRACE
         for endpoint in self.endpoints:
             if endpoint.pending is not None:
@@ -285,6 +316,7 @@ class Watch:
         if outcome is None or isinstance(outcome, StallprobeError):
             return [_failure(endpoint.url, outcome or ScrapeError(f"scrape {endpoint.url}: no outcome"))]
         dialect, samples = outcome
+        endpoint.facts = scrape.facts
         fresh = ""
         if endpoint.dialect is None or dialect.name != endpoint.dialect.name:
             # The first poll, or another engine answers on this URL now: no history to compare with.
@@ -300,7 +332,15 @@ class Watch:
         several = len(result.engines) > 1
         return [
             _engine_row(
-                endpoint.url, dialect, name, one, previous=previous, fresh=fresh, several=several, window=config.window
+                endpoint.url,
+                dialect,
+                name,
+                one,
+                previous=previous,
+                fresh=fresh,
+                several=several,
+                window=config.window,
+                learnt=scrape.note,
             )
             for name, one in result.engines.items()
         ]
@@ -354,6 +394,7 @@ def _engine_row(
     fresh: str,
     several: bool,
     window: float,
+    learnt: str = "",
 ) -> Row:
     sample = one.state.last
     before = previous.get(name) if previous else None
@@ -364,7 +405,7 @@ def _engine_row(
         generation_rate = (sample.generation - before.last.generation) / elapsed
     precision = precision_note(dialect, sample) if one.verdict in (Verdict.SUSPECT, Verdict.STALLED) else ""
     # describe() says why a baseline was taken; `fresh` (why there is no history at all) comes first.
-    message = describe(EnginesAssessment({name: one}), previous, fresh, window, precision)
+    message = describe(EnginesAssessment({name: one}), previous, fresh, window, precision, note=learnt)
     return Row(
         url,
         name,
@@ -378,5 +419,5 @@ def _engine_row(
         prompt_rate=prompt_rate,
         generation_rate=generation_rate,
         stalled_for=one.stalled_for,
-        note=note(one, before, previous, fresh, precision),
+        note="; ".join(part for part in (note(one, before, previous, fresh, precision), learnt) if part),
     )
