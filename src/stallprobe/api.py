@@ -18,10 +18,21 @@ from .scrape import exchange, status_error
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
+    from typing import Protocol
 
     from .detector import Sample, State
     from .engines import Dialect
     from .scrape import Answer
+
+    class Asking(Protocol):
+        """What asking an idle-looking engine needs of a command's configuration (the probe's, watch's)."""
+
+        key: str  # the API key, "" for none
+        timeout: float  # each exchange's deadline
+        canary: bool  # --canary
+        canary_interval: float  # --canary-interval
+        server_load: bool  # --server-load
+
 
 __all__ = ["ask_idle", "ask_paused", "canary", "in_flight", "is_paused", "looks_idle", "origin"]
 
@@ -142,33 +153,31 @@ def looks_idle(samples: Mapping[str, Sample], previous: Mapping[str, State] | No
 def ask_idle(
     samples: Mapping[str, Sample],
     previous: Mapping[str, State] | None,
+    config: Asking,
     *,
     base: str,
     dialect: Dialect,
-    key: str,
-    timeout: float,
-    canary_on: bool,
-    server_load: bool,
-    interval: float,
     facts: dict[str, float],
     now: float,
 ) -> tuple[dict[str, Sample], str]:
-    """For an engine that looks idle (looks_idle): the requests its server has in flight (server_load),
-    then the canary (canary_on), at most one per `interval` while they are answered, and at every look
-    while one is owed an answer (`facts["canary_at"]` remembers when the last went out). Either, when
-    it finds requests owed, makes them pending on every engine. The samples, and what was learnt."""
+    """For an engine that looks idle (looks_idle): the requests its server has in flight
+    (config.server_load), then the canary (config.canary), at most one per config.canary_interval while
+    they are answered, and at every look while one is owed an answer (`facts["canary_at"]` remembers
+    when the last went out). Either, when it finds requests owed, makes them pending on every engine.
+    The samples, and what was learnt."""
     if not looks_idle(samples, previous):
         return dict(samples), ""
     pending = 0.0
     note = ""
-    if server_load and dialect.load_route:
+    key, timeout = config.key, config.timeout
+    if config.server_load and dialect.load_route:
         pending = in_flight(base, dialect.load_route, key, timeout)
         if pending:
             note = f"the server has {secs(pending).rstrip('0').rstrip('.')} requests in flight"
     failing = any(state.last.pending for state in (previous or {}).values())
     last = facts.get("canary_at")
-    due = failing or last is None or not 0 <= now - last < interval
-    if canary_on and not pending and due:
+    due = failing or last is None or not 0 <= now - last < config.canary_interval
+    if config.canary and not pending and due:
         facts["canary_at"] = now
         took = canary(base, key, timeout)
         if took is None:

@@ -137,17 +137,7 @@ def run(config: Config) -> int:
         from .api import ask_idle, origin
 
         samples, note = ask_idle(
-            samples,
-            previous,
-            base=origin(config.url),
-            dialect=dialect,
-            key=config.key,
-            timeout=config.timeout,
-            canary_on=config.canary,
-            server_load=config.server_load,
-            interval=config.canary_interval,
-            facts=facts,
-            now=now,
+            samples, previous, config, base=origin(config.url), dialect=dialect, facts=facts, now=now
         )
     result = assess_engines(previous, samples, window, config.saturation, include_waiting=config.include_waiting)
     if result.verdict in (Verdict.SUSPECT, Verdict.STALLED) and dialect.pause_route:

@@ -211,17 +211,7 @@ class _Scrape:
                 from ..api import ask_idle, origin
 
                 samples, self.note = ask_idle(
-                    samples,
-                    previous,
-                    base=origin(url),
-                    dialect=dialect,
-                    key=config.key,
-                    timeout=config.timeout,
-                    canary_on=config.canary,
-                    server_load=config.server_load,
-                    interval=config.canary_interval,
-                    facts=self.facts,
-                    now=now,
+                    samples, previous, config, base=origin(url), dialect=dialect, facts=self.facts, now=now
                 )
             if dialect.pause_route and previous:
                 # As the probe does: an engine that would be suspect or stalled is asked whether its
