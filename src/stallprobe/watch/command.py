@@ -46,8 +46,9 @@ detector's verdict, and how long that verdict has held. On a terminal one table 
 as the probe reads it: --engine, --saturation, --include-waiting and the --*-metric flags are the
 probe's.
 
-Verdicts: baseline, idle, progressing, saturated, suspect, stalled (the probe's), unreachable (the
-scrape failed) and error (not a metrics page).
+Verdicts: baseline, idle, paused, progressing, saturated, suspect, stalled (the probe's; an endpoint
+that gives no answer in time is suspect, then stalled once silent for the window), unreachable (the
+scrape failed unambiguously) and error (not a metrics page).
 
 Watchdog: --on-stalled runs a command (split like a shell would, but run without one: write
 `sh -c '...'` for a shell) once per stall episode of an engine, never for a saturated or suspect one, at
