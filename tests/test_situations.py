@@ -529,3 +529,20 @@ def test_watch_sends_the_canary_to_an_idle_looking_engine_as_the_probe_does(
     assert row["verdict"] == verdict
     assert words in str(row["message"])
     assert stub.count("/v1/completions") == 1  # the first poll is the baseline: nothing to compare yet
+
+
+def test_readiness_of_an_engine_whose_metrics_stop_answering(stub: Stub, tmp_path: Path) -> None:
+    """A slow /metrics keeps the engine ready until nothing has answered for the drain window."""
+    state = tmp_path / "probe.state"
+    stub.routes["/health"] = Route(b"")
+    stub.routes["/metrics"] = Route(vllm_page(4, 100, 50))
+    probe(stub, state, "--ready")
+    stub.routes["/metrics"] = Route(vllm_page(4, 100, 50), hold=30)
+    code, line = probe(stub, state, "--ready")
+    assert code == ExitCode.OK
+    assert line.startswith(f"ready: suspect: scrape {stub.url}: no complete answer within 1 s; nothing answered for ")
+    assert line.endswith("(window 30 s)")
+    rewind(state, 30)
+    code, line = probe(stub, state, "--ready")
+    assert code == ExitCode.STALLED
+    assert line.startswith(f"not ready: stalled: scrape {stub.url}: no complete answer within 1 s")

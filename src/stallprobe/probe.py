@@ -146,8 +146,6 @@ def run(config: Config) -> int:
 
         samples = ask_paused(samples, origin(config.url), dialect.pause_route, config.key) or samples
     result, previous = _save(config, boot_id, previous, samples, facts=facts, window=window)
-    if config.ready:
-        return _ready(config, result, previous=previous, why=why, samples=samples, dialect=dialect, note=note)
     return _report(config, result, previous=previous, why=why, samples=samples, dialect=dialect, note=note)
 
 
@@ -210,49 +208,6 @@ def _assess(
     return assess_engines(previous, samples, window, config.saturation, include_waiting=config.include_waiting)
 
 
-def _ready(
-    config: Config,
-    result: EnginesAssessment,
-    *,
-    previous: dict[str, State] | None,
-    why: str,
-    samples: dict[str, Sample],
-    dialect: Dialect,
-    note: str,
-) -> int:
-    """Readiness: serving (the engine's own health route answers 2xx) and not stuck (not stalled, nor
-    paused, under --drain-after). A saturated engine stays ready: it is working, and taking it out would
-    push its load onto the others."""
-    from .api import origin
-    from .errors import ScrapeError
-    from .scrape import exchange, status_error
-
-    line = describe(result, previous, why, config.drain_after, note=note)
-    if result.verdict in (Verdict.STALLED, Verdict.PAUSED):
-        return _say(config, f"not ready: {line}", ExitCode.STALLED, result, samples=samples, dialect=dialect)
-    url = origin(config.url) + dialect.health_route
-    try:
-        answer = exchange(url, config.timeout, key=config.key, what="health")
-        if not 200 <= answer.code < 300:
-            raise ScrapeError(status_error(f"health {url}", answer))
-    except ScrapeError as exc:
-        return _say(config, f"not ready: {exc}", ExitCode.STALLED, result, samples=samples, dialect=dialect)
-    return _say(config, f"ready: {line}", ExitCode.OK, result, samples=samples, dialect=dialect)
-
-
-def _say(
-    config: Config, line: str, code: int, result: EnginesAssessment, *, samples: dict[str, Sample], dialect: Dialect
-) -> int:
-    if config.json:
-        import json
-
-        fields = json_fields(result, samples, dialect.name, config.drain_after, line)
-        fields["ready"] = code == ExitCode.OK
-        line = json.dumps(fields, sort_keys=True)
-    _print(line)
-    return code
-
-
 def _report(
     config: Config,
     result: EnginesAssessment,
@@ -264,19 +219,50 @@ def _report(
     silence: str = "",
     note: str = "",
 ) -> int:
+    """Print the run's one line (or JSON object); its exit code.
+
+    With --ready: ready when serving (the engine's own health route answers 2xx) and not stuck (neither
+    stalled nor paused under --drain-after). A saturated engine stays ready: it is working, and taking it
+    out would push its load onto the others.
+    """
     from .engines import precision_note
 
+    window = config.drain_after if config.ready else config.window
     precision = ""
     if dialect is not None and result.verdict in (Verdict.SUSPECT, Verdict.STALLED):
         precision = precision_note(dialect, result.engines[result.worst].state.last)
-    line = describe(result, previous, why, config.window, precision, silence=silence, note=note)
+    line = describe(result, previous, why, window, precision, silence=silence, note=note)
+    code = ExitCode.STALLED if result.verdict is Verdict.STALLED else ExitCode.OK
+    if config.ready:
+        problem = ""
+        if result.verdict in (Verdict.STALLED, Verdict.PAUSED):
+            problem = line
+        elif dialect is not None:
+            problem = _unhealthy(config, dialect)
+        line, code = (f"not ready: {problem}", ExitCode.STALLED) if problem else (f"ready: {line}", ExitCode.OK)
     if config.json:
         import json  # only on this path: json pulls in re, which the plain line does not need
 
-        fields = json_fields(result, samples, dialect.name if dialect else None, config.window, line)
+        fields = json_fields(result, samples, dialect.name if dialect else None, window, line)
+        if config.ready:
+            fields["ready"] = code == ExitCode.OK
         line = json.dumps(fields, sort_keys=True)
     _print(line)
-    return ExitCode.STALLED if result.verdict is Verdict.STALLED else ExitCode.OK
+    return code
+
+
+def _unhealthy(config: Config, dialect: Dialect) -> str:
+    """Why the engine's own health route says it does not serve ("" when it answers 2xx)."""
+    from .api import origin
+    from .errors import ScrapeError
+    from .scrape import exchange, status_error
+
+    url = origin(config.url) + dialect.health_route
+    try:
+        answer = exchange(url, config.timeout, key=config.key, what="health")
+    except ScrapeError as exc:
+        return str(exc)
+    return "" if 200 <= answer.code < 300 else status_error(f"health {url}", answer)
 
 
 def main(argv: Sequence[str], environ: Mapping[str, str]) -> int:
