@@ -30,7 +30,7 @@ The rules, in order, each with its reason:
 from __future__ import annotations
 
 from ..engines import DIALECTS, SERVING
-from .shell import SHELLS, UNRESOLVED, command_lines, env_values, flag_value, has_flag
+from .shell import SHELLS, command_lines, env_values, flag_value, has_flag
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -108,9 +108,18 @@ class Decision:
         return f"Decision({fields})"
 
 
+def _words(container: Mapping[str, Any]) -> list[str]:
+    """Its command and args, as written."""
+    return [str(word) for word in [*(container.get("command") or []), *(container.get("args") or [])]]
+
+
+def _image(container: Mapping[str, Any]) -> str:
+    # A container without one (which Kubernetes rejects) reads "None", which names no engine.
+    return str(container.get("image"))
+
+
 def _haystack(container: Mapping[str, Any]) -> str:
-    words = [*(container.get("command") or []), *(container.get("args") or [])]
-    return " ".join([str(container.get("image", "")), *map(str, words)]).lower()
+    return " ".join([_image(container), *_words(container)]).lower()
 
 
 def engine_of(container: Mapping[str, Any]) -> str | None:
@@ -131,8 +140,9 @@ def is_plain_health_check(probe: Any) -> bool:
 
 
 def _is_server(words: list[str], servers: tuple[str, ...]) -> bool:
-    head = " ".join(word.rsplit("/", 1)[-1] if i == 0 else word for i, word in enumerate(words[:3]))
-    return any(server in head or server in " ".join(words[:3]) for server in servers)
+    # A server named by its path (/usr/bin/vllm serve) ends with its name, so it is found all the same.
+    head = " ".join(words[:3])
+    return any(server in head for server in servers)
 
 
 def _port(text: str | None) -> int | None:
@@ -141,10 +151,10 @@ def _port(text: str | None) -> int | None:
 
 def _worker(words: list[str]) -> str:
     """Why this command line is a multi-node worker's, or "" when nothing marks it one."""
-    head = " ".join(words[:2]).rsplit("/", 1)[-1]
+    head = " ".join(words[:2]).rpartition("/")[2]
     if head.startswith("ray start"):
         return "it runs `ray start`: a Ray worker, whose engine serves from the head node"
-    if words[0].rsplit("/", 1)[-1] == "rpc-server":
+    if words[0].rpartition("/")[2] == "rpc-server":
         return "it runs llama.cpp's rpc-server: a backend for a llama-server elsewhere, with no HTTP"
     if any(word.endswith("multi-node-serving.sh") for word in words) and "worker" in words:
         return "it runs multi-node-serving.sh worker: a Ray worker, whose engine serves from the leader"
@@ -152,7 +162,7 @@ def _worker(words: list[str]) -> str:
         return "it runs with --headless: engine cores without an API server"
     rank = flag_value(words, ("--node-rank",))
     if rank is not None and rank != "0":
-        if UNRESOLVED in rank or not rank.isdigit():
+        if not rank.isdigit():  # $POD_INDEX, or anything else the manifest leaves open
             return f"its --node-rank is {rank}, which differs from pod to pod: only rank 0 serves HTTP"
         return f"it runs with --node-rank {rank}: only rank 0 serves HTTP"
     start = flag_value(words, ("--data-parallel-start-rank", "-dpr"))
@@ -187,10 +197,10 @@ def decide(container: Mapping[str, Any], role: str, choice: Choice) -> Decision:
         why = _worker(words)
         if why:
             return Decision("skip", f"a multi-node worker: {why}")
-    serving = SERVING.get(engine or "")
+    serving = SERVING.get(str(engine))
     flags = serving.port_flags if serving else ("--port",)
     servers = [words for words in lines if serving and _is_server(words, serving.servers)]
-    image = str(container.get("image", ""))
+    image = _image(container)
     entry = bool(serving and not container.get("command") and any(i in image for i in serving.images))
     if entry:  # args alone go to the image's entrypoint, the server
         servers = lines or [[]]
@@ -202,10 +212,11 @@ def decide(container: Mapping[str, Any], role: str, choice: Choice) -> Decision:
             return Decision("skip", f"its port is {port_text}, which the manifest does not resolve")
         port_from = f"{flags[0]} in its command"
     else:
-        variable = next((v for v in (serving.port_env if serving else ()) if v in env), "")
+        variables = [v for v in (serving.port_env if serving else ()) if v in env]
         ports = [p for p in container.get("ports") or [] if isinstance(p, dict) and "containerPort" in p]
         named = [p for p in ports if p.get("name") == "http"] or ports
-        if variable:
+        if variables:
+            variable = variables[0]
             port = _port(env[variable])
             if port is None:
                 return Decision("skip", f"its {variable} is {env[variable]!r}, not a port")
@@ -228,7 +239,7 @@ def decide(container: Mapping[str, Any], role: str, choice: Choice) -> Decision:
     enable = ("", "")
     if serving is not None:
         on = has_flag(server_words, serving.metrics_on) or any(
-            env.get(variable, "").lower() in TRUE for variable in serving.metrics_env
+            variable in env and env[variable].lower() in TRUE for variable in serving.metrics_env
         )
         if has_flag(server_words, serving.metrics_off):
             return Decision(
@@ -237,8 +248,8 @@ def decide(container: Mapping[str, Any], role: str, choice: Choice) -> Decision:
                 f"(remove {serving.metrics_off[0]} to have it probed)",
             )
         if serving.metrics_on and not on:
-            raw = [str(word) for word in [*(container.get("command") or []), *(container.get("args") or [])]]
-            plain = not raw or raw[0].rsplit("/", 1)[-1] not in SHELLS
+            raw = _words(container)
+            plain = not raw or raw[0].rpartition("/")[2] not in SHELLS
             if serving.metrics_env:
                 enable = ("env", serving.metrics_env[0])
             elif plain and (servers or entry):
@@ -249,11 +260,14 @@ def decide(container: Mapping[str, Any], role: str, choice: Choice) -> Decision:
                     f"{engine} publishes no metrics without {serving.metrics_on[0]}, and its command is a "
                     f"script inject does not edit (add {serving.metrics_on[0]} to it)",
                 )
-    host = (flag_value(server_words, ("--host",)) if serving else None) or next(
-        (env[v] for v in (serving.host_env if serving else ()) if v in env), None
-    )
-    host = host or (serving.default_host if serving else "0.0.0.0")
-    loopback = host.startswith("127.") or host in ("localhost", "::1")
+    loopback = False  # an engine we do not know: where it binds is not ours to guess
+    if serving is not None:
+        host = (
+            flag_value(server_words, ("--host",))
+            or next((env[v] for v in serving.host_env if v in env), None)
+            or serving.default_host
+        )
+        loopback = host.startswith("127.") or host in ("localhost", "::1")
     old = container.get("livenessProbe")
     if old is None:
         liveness = "added"
@@ -281,7 +295,7 @@ def decide(container: Mapping[str, Any], role: str, choice: Choice) -> Decision:
     return Decision(
         "probe",
         engine=engine,
-        port=port or 0,
+        port=port,
         port_from=port_from,
         enable=enable,
         startup=startup,

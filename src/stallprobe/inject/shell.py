@@ -24,6 +24,8 @@ SEPARATORS = (";", "&&", "||", "|", "&", "\n", "(", ")", ";;", "{", "}")
 # Shell words that start a command without being it.
 PREFIXES = ("exec", "then", "do", "else", "if", "while", "until", "!", "time", "nohup", "env")
 UNRESOLVED = "$"
+# The characters shlex returns as tokens of their own: runs of them separate commands.
+PUNCTUATION = ";&|()\n"
 
 
 def env_values(container: Mapping[str, Any]) -> dict[str, str]:
@@ -46,11 +48,10 @@ def k8s_expand(text: str, env: Mapping[str, str]) -> str:
             i += 2
             continue
         if text.startswith("$(", i):
-            end = text.find(")", i + 2)
-            name = text[i + 2 : end] if end > 0 else ""
-            if name in env:
+            name, paren, _ = text[i + 2 :].partition(")")
+            if paren and name in env:
                 out.append(env[name])
-                i = end + 1
+                i += len(name) + 3  # $( NAME )
                 continue
         out.append(text[i])
         i += 1
@@ -67,25 +68,26 @@ def _shell_expand(word: str, env: Mapping[str, str]) -> str:
             i += 1
             continue
         if word[i + 1] == "{":
-            end = word.find("}", i + 2)
-            if end < 0:
+            inner, brace, _ = word[i + 2 :].partition("}")
+            if not brace:  # unclosed: left as written
                 out.append(word[i:])
                 break
-            name, sep, default = word[i + 2 : end].partition(":-")
+            name, sep, default = inner.partition(":-")
             if name in env:
                 out.append(env[name])
             elif sep and UNRESOLVED not in default:
                 out.append(default)
             else:
-                out.append(word[i : end + 1])
-            i = end + 1
+                out.append("${" + inner + "}")
+            i += len(inner) + 3  # ${ INNER }
             continue
-        j = i + 1
-        while j < len(word) and (word[j].isalnum() or word[j] == "_"):
-            j += 1
-        name = word[i + 1 : j]
-        out.append(env[name] if name and name in env else word[i:j] if name else "$")
-        i = max(j, i + 1)
+        name = ""
+        for char in word[i + 1 :]:
+            if not (char.isalnum() or char == "_"):
+                break
+            name += char
+        out.append(env[name] if name and name in env else "$" + name)
+        i += len(name) + 1
     return "".join(out)
 
 
@@ -94,13 +96,13 @@ def shell_words(script: str, env: Mapping[str, str]) -> list[list[str]]:
     unclosed quote) gives no commands: nothing is guessed from it."""
     import shlex
 
-    lexer = shlex.shlex(script.replace("\\\n", " "), posix=True, punctuation_chars=";&|()\n")
+    lexer = shlex.shlex(script.replace("\\\n", " "), posix=True, punctuation_chars=PUNCTUATION)
     lexer.whitespace = " \t\r"
     lexer.whitespace_split = True
     commands: list[list[str]] = [[]]
     try:
         for token in lexer:
-            if token in SEPARATORS or set(token) <= set(";&|()\n"):
+            if token in SEPARATORS or all(char in PUNCTUATION for char in token):
                 commands.append([])
             elif not commands[-1] and (token in PREFIXES or ("=" in token and token.split("=")[0].isidentifier())):
                 continue  # `exec`, `then`, `VAR=value` before the command itself
@@ -124,7 +126,7 @@ def command_lines(container: Mapping[str, Any], env: Mapping[str, str]) -> list[
     words = [k8s_expand(str(word), env) for word in [*(container.get("command") or []), *(container.get("args") or [])]]
     if not words:
         return []
-    if words[0].rsplit("/", 1)[-1] in SHELLS:
+    if words[0].rpartition("/")[2] in SHELLS:
         # sh [-e -x ...] -c SCRIPT [$0 ARGS...]: the script is the first word after the option that has c.
         for i, word in enumerate(words[1:], 1):
             if not word.startswith("-"):
@@ -135,7 +137,7 @@ def command_lines(container: Mapping[str, Any], env: Mapping[str, str]) -> list[
 
 
 def has_flag(words: list[str], flags: tuple[str, ...]) -> bool:
-    return any(word in flags or word.partition("=")[0] in flags for word in words)
+    return any(word.partition("=")[0] in flags for word in words)  # --flag or --flag=value
 
 
 def flag_value(words: list[str], flags: tuple[str, ...]) -> str | None:
