@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from stallprobe.engines import SERVING
-from stallprobe.inject.decide import Choice, decide, engine_of
-from stallprobe.inject.shell import command_lines, env_values, flag_value, k8s_expand, shell_words
+from stallprobe.inject.decide import Choice, Decision, decide, engine_of
+from stallprobe.inject.shell import command_lines, env_values, flag_value, has_flag, k8s_expand, shell_words
 
 HEALTH = {"httpGet": {"path": "/health", "port": 8000}}
 OURS = {"exec": {"command": ["python3", "-c", "/opt/stallprobe/stallprobe.pyz"]}}
@@ -26,17 +26,51 @@ def sh(script: str, **fields: Any) -> dict[str, Any]:
 
 SG = "lmsysorg/sglang:v0.5"
 LL = "ghcr.io/ggml-org/llama.cpp:server"
-# (name, container, role, choice, expected): expected holds the Decision fields that must match; "why"
-# must be a part of the line.
+UNKNOWN_PORT = (
+    "its port is unknown: no port flag, no containerPort, and its command is not the "
+    "engine's server (--container NAME with a --port, or a containerPort, says which)"
+)
+SGLANG_SCRIPT = (
+    "sglang publishes no metrics without --enable-metrics, and its command is a script inject does not edit "
+    "(add --enable-metrics to it)"
+)
+RAY = "a multi-node worker: it runs `ray start`: a Ray worker, whose engine serves from the head node"
+# (name, container, role, choice, expected): choice holds Choice's keywords (it is built in the test, where
+# mutmut sees it); expected holds the Decision fields that must match, each exactly.
 SCENARIOS: list[tuple[str, dict[str, Any], str, dict[str, Any], dict[str, Any]]] = [
-    ("sidecar", c(image="envoyproxy/envoy:v1"), "pod", {}, {"action": "ignore"}),
+    (
+        "sidecar",
+        c(image="envoyproxy/envoy:v1"),
+        "pod",
+        {},
+        {
+            "action": "ignore",
+            "why": "",
+            "engine": None,
+            "port": 0,
+            "port_from": "",
+            "enable": ("", ""),
+            "startup": False,
+            "loopback": False,
+            "liveness": "",
+            "readiness": "",
+        },
+    ),
     ("not the named one", c(), "pod", {"container": "other"}, {"action": "ignore"}),
     (
         "named, unknown engine, containerPort",
         c(image="me/own:1", ports=[{"containerPort": 7000}]),
         "pod",
         {"container": "engine"},
-        {"action": "probe", "engine": None, "port": 7000, "port_from": "its containerPort"},
+        {
+            "action": "probe",
+            "engine": None,
+            "port": 7000,
+            "port_from": "its containerPort",
+            "enable": ("", ""),
+            "loopback": False,
+            "liveness": "added",
+        },
     ),
     (
         "named, unknown engine, no port",
@@ -45,10 +79,7 @@ SCENARIOS: list[tuple[str, dict[str, Any], str, dict[str, Any], dict[str, Any]]]
         {"container": "engine"},
         {
             "action": "skip",
-            "why": (
-                "its port is unknown: no port flag, no containerPort, and its command is not the "
-                "engine's server (--container NAME with a --port, or a containerPort, says which)"
-            ),
+            "why": UNKNOWN_PORT,
         },
     ),
     (
@@ -79,9 +110,15 @@ SCENARIOS: list[tuple[str, dict[str, Any], str, dict[str, Any], dict[str, Any]]]
         {},
         {
             "action": "probe",
+            "why": "",
+            "engine": "vllm",
             "port": 8000,
             "port_from": "assumed: vllm's default, as its command sets no port",
+            "enable": ("", ""),
             "startup": True,
+            "loopback": False,
+            "liveness": "added",
+            "readiness": "",
         },
     ),
     (
@@ -189,13 +226,7 @@ SCENARIOS: list[tuple[str, dict[str, Any], str, dict[str, Any], dict[str, Any]]]
         sh("python3 -m sglang.launch_server --port 30000", image=SG),
         "pod",
         {},
-        {
-            "action": "skip",
-            "why": (
-                "sglang publishes no metrics without --enable-metrics, and its command is a "
-                "script inject does not edit (add --enable-metrics to it)"
-            ),
-        },
+        {"action": "skip", "why": SGLANG_SCRIPT},
     ),
     (
         "sglang default port assumed",
@@ -277,7 +308,7 @@ SCENARIOS: list[tuple[str, dict[str, Any], str, dict[str, Any], dict[str, Any]]]
         {},
         {
             "action": "skip",
-            "why": ("a multi-node worker: it runs `ray start`: a Ray worker, whose engine serves from the head node"),
+            "why": RAY,
         },
     ),
     (
@@ -313,10 +344,7 @@ SCENARIOS: list[tuple[str, dict[str, Any], str, dict[str, Any], dict[str, Any]]]
         {},
         {
             "action": "skip",
-            "why": (
-                "its port is unknown: no port flag, no containerPort, and its command is not the "
-                "engine's server (--container NAME with a --port, or a containerPort, says which)"
-            ),
+            "why": UNKNOWN_PORT,
         },
     ),
     (
@@ -340,13 +368,147 @@ SCENARIOS: list[tuple[str, dict[str, Any], str, dict[str, Any], dict[str, Any]]]
         {},
         {"liveness": "replaced", "startup": True},
     ),
+    (
+        "named, unknown engine: its --port, and a --host it is not known to read",
+        c(image="me/own:1", args=["--port", "7001", "--host", "127.0.0.1"]),
+        "pod",
+        {"container": "engine"},
+        {"action": "probe", "engine": None, "port": 7001, "port_from": "--port in its command", "loopback": False},
+    ),
+    (
+        "the engine named by --engine",
+        c(image="me/own:1", args=["--port", "7002"]),
+        "pod",
+        {"engine": "vllm"},
+        {"action": "probe", "engine": "vllm", "port": 7002},
+    ),
+    (
+        "the engine named by its args alone",
+        c(image="me/img:1", args=["llama-server", "--port", "8082", "--metrics"]),
+        "pod",
+        {},
+        {"action": "probe", "engine": "llamacpp", "port": 8082, "port_from": "--port in its command"},
+    ),
+    (
+        "vllm serve in its own image: default port assumed",
+        c(image="me/img:1", command=["vllm", "serve", "m"]),
+        "pod",
+        {},
+        {"action": "probe", "port": 8000, "port_from": "assumed: vllm's default, as its command sets no port"},
+    ),
+    (
+        "vllm serve past the third word is not the server",
+        c(image="me/img:1", command=["nice", "-n5", "vllm", "serve", "m"]),
+        "pod",
+        {},
+        {"action": "skip", "why": UNKNOWN_PORT},
+    ),
+    (
+        "a command in the entrypoint image that is not the server",
+        c(command=["python3", "tool.py"]),
+        "pod",
+        {},
+        {"action": "skip", "why": UNKNOWN_PORT},
+    ),
+    (
+        "the server's port, not the one of the command beside it",
+        sh("vllm serve m --port 8001 & proxy --port 9000"),
+        "pod",
+        {},
+        {"action": "probe", "port": 8001},
+    ),
+    ("port 1", c(args=["--port", "1"]), "pod", {}, {"action": "probe", "port": 1}),
+    ("port 65535", c(args=["--port", "65535"]), "pod", {}, {"action": "probe", "port": 65535}),
+    (
+        "port 0",
+        c(args=["--port", "0"]),
+        "pod",
+        {},
+        {"action": "skip", "why": "its port is 0, which the manifest does not resolve"},
+    ),
+    (
+        "port 65536",
+        c(args=["--port", "65536"]),
+        "pod",
+        {},
+        {"action": "skip", "why": "its port is 65536, which the manifest does not resolve"},
+    ),
+    (
+        "containerPort entry without a port",
+        c(image="me/vllm:1", ports=[{"name": "http"}]),
+        "pod",
+        {},
+        {"action": "skip", "why": UNKNOWN_PORT},
+    ),
+    (
+        "llama.cpp on localhost",
+        c(image=LL, args=["--metrics", "--host", "localhost"]),
+        "pod",
+        {},
+        {"action": "probe", "loopback": True},
+    ),
+    (
+        "llama.cpp on ::1",
+        c(image=LL, args=["--metrics", "--host", "::1"]),
+        "pod",
+        {},
+        {"action": "probe", "loopback": True},
+    ),
+    (
+        "llama.cpp metrics variable True",
+        c(image=LL, env=[{"name": "LLAMA_ARG_ENDPOINT_METRICS", "value": "True"}]),
+        "pod",
+        {},
+        {"action": "probe", "enable": ("", "")},
+    ),
+    (
+        "llama.cpp metrics variable 0: turned on",
+        c(image=LL, env=[{"name": "LLAMA_ARG_ENDPOINT_METRICS", "value": "0"}]),
+        "pod",
+        {},
+        {"action": "probe", "enable": ("env", "LLAMA_ARG_ENDPOINT_METRICS")},
+    ),
+    (
+        "sglang script in its args without --enable-metrics: skipped",
+        c(image=SG, args=["sh", "-c", "python3 -m sglang.launch_server"]),
+        "pod",
+        {},
+        {"action": "skip", "why": SGLANG_SCRIPT},
+    ),
+    (
+        "api-server-count 0, short",
+        c(args=["-asc", "0"]),
+        "pod",
+        {},
+        {"action": "skip", "why": "a multi-node worker: it runs with --api-server-count 0: headless"},
+    ),
+    (
+        "vllm dp start rank, short",
+        c(args=["-dpr", "3"]),
+        "pod",
+        {},
+        {
+            "action": "skip",
+            "why": (
+                "a multi-node worker: it runs with --data-parallel-start-rank 3 without a load-balanced mode: headless"
+            ),
+        },
+    ),
+    ("a model named worker", c(args=["--served-model-name", "worker"]), "pod", {}, {"action": "probe"}),
+    (
+        "ray worker by its path",
+        sh("/usr/local/bin/ray start --temp-dir=/tmp/ray --block"),
+        "pod",
+        {},
+        {"action": "skip", "why": RAY},
+    ),
     ("ours", c(livenessProbe=OURS, startupProbe=HEALTH), "pod", {}, {"liveness": "ours", "startup": False}),
     (
         "custom kept",
         c(livenessProbe=CUSTOM),
         "pod",
         {},
-        {"action": "keep", "why": "not a plain /health check; --force replaces it"},
+        {"action": "keep", "why": "not a plain /health check; --force replaces it", "engine": "vllm"},
     ),
     ("custom forced", c(livenessProbe=CUSTOM), "pod", {"force": True}, {"liveness": "replaced"}),
     (
@@ -403,10 +565,15 @@ def test_the_shell_splits_as_a_shell_does() -> None:
     assert shell_words("if true; then vllm serve; fi", {}) == [["true"], ["vllm", "serve"], ["fi"]]
     assert shell_words("unclosed 'quote", {}) == []
     assert shell_words("${unclosed", {}) == [["${unclosed"]]
+    assert shell_words("a |& b", {}) == [["a"], ["b"]]
+    assert shell_words("${P}-${P} ${P}:80 ${S}/v $P/x a$/b $MY_PORT ${}:-1}", {"P": "1", "MY_PORT": "8"}) == [
+        ["1-1", "1:80", "${S}/v", "1/x", "a$/b", "8", "${}:-1}"]
+    ]
 
 
 def test_the_kubelets_expansion() -> None:
     assert k8s_expand("$(A)-$$(A)-$(B)-$(", {"A": "x"}) == "x-$(A)-$(B)-$("
+    assert k8s_expand("p$(A)$(A)-$(A", {"A": "x"}) == "pxx-$(A"
     assert env_values({"env": [{"name": "A", "value": 1}, {"name": "B", "value": "$(A)2"}, {"name": "C"}, "x"]}) == {
         "A": "1",
         "B": "12",
@@ -418,7 +585,23 @@ def test_command_lines() -> None:
     assert command_lines({"command": ["bash", "-ex", "-c", "a --x_y=1", "sh"]}, {}) == [["a", "--x-y=1"]]
     assert command_lines({"command": ["bash", "-e"], "args": ["script.sh"]}, {}) == [["bash", "-e", "script.sh"]]
     assert command_lines({"command": ["bash", "--login", "-c"]}, {}) == [["bash", "--login", "-c"]]
+    assert command_lines({"command": ["bash", "--rcfile", "/r", "-c", "a"]}, {}) == [
+        ["bash", "--rcfile", "/r", "-c", "a"]
+    ]
     assert command_lines({"args": ["-x_y", "--a_b", "--c_d=e_f"]}, {}) == [["-x_y", "--a-b", "--c-d=e_f"]]
+
+
+def test_has_flag() -> None:
+    assert has_flag(["--a=1"], ("--a",))
+    assert has_flag(["--a=b=c"], ("--a",))
+    assert not has_flag(["--ab"], ("--a",))
+
+
+def test_a_decision_shows_every_field() -> None:
+    assert repr(Decision("skip", "why")) == (
+        "Decision({'action': 'skip', 'enable': ('', ''), 'engine': None, 'liveness': '', 'loopback': False, "
+        "'port': 0, 'port_from': '', 'readiness': '', 'startup': False, 'why': 'why'})"
+    )
 
 
 def test_flag_value_takes_the_last() -> None:

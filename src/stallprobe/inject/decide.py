@@ -118,14 +118,10 @@ def _image(container: Mapping[str, Any]) -> str:
     return str(container.get("image"))
 
 
-def _haystack(container: Mapping[str, Any]) -> str:
-    return " ".join([_image(container), *_words(container)]).lower()
-
-
 def engine_of(container: Mapping[str, Any]) -> str | None:
     """The engine a container runs, from its image and command line; None when it runs none we know."""
-    haystack = _haystack(container)
-    return next((d.name for d in DIALECTS if any(hint in haystack for hint in d.hints)), None)
+    words = [word.lower() for word in [_image(container), *_words(container)]]
+    return next((d.name for d in DIALECTS if any(hint in word for hint in d.hints for word in words)), None)
 
 
 def is_ours(probe: Any) -> bool:
