@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from stallprobe.engines import SERVING
+from stallprobe.engines import SERVING, VllmServing
 from stallprobe.inject.decide import Choice, Decision, decide, engine_of
 from stallprobe.inject.shell import command_lines, env_values, flag_value, has_flag, k8s_expand, shell_words
 
@@ -502,6 +502,22 @@ SCENARIOS: list[tuple[str, dict[str, Any], str, dict[str, Any], dict[str, Any]]]
         {},
         {"action": "skip", "why": RAY},
     ),
+    ("/healthz replaced", c(livenessProbe={"httpGet": {"path": "/healthz"}}), "pod", {}, {"liveness": "replaced"}),
+    ("/health/ replaced", c(livenessProbe={"httpGet": {"path": "/health/"}}), "pod", {}, {"liveness": "replaced"}),
+    (
+        "a longer path is the operator's: kept",
+        c(livenessProbe={"httpGet": {"path": "/health/X"}}),
+        "pod",
+        {},
+        {"action": "keep", "why": "not a plain /health check; --force replaces it"},
+    ),
+    (
+        "a probe that is not a mapping is kept",
+        c(livenessProbe="/health"),
+        "pod",
+        {},
+        {"action": "keep", "why": "not a plain /health check; --force replaces it"},
+    ),
     ("ours", c(livenessProbe=OURS, startupProbe=HEALTH), "pod", {}, {"liveness": "ours", "startup": False}),
     (
         "custom kept",
@@ -589,6 +605,17 @@ def test_command_lines() -> None:
         ["bash", "--rcfile", "/r", "-c", "a"]
     ]
     assert command_lines({"args": ["-x_y", "--a_b", "--c_d=e_f"]}, {}) == [["-x_y", "--a-b", "--c-d=e_f"]]
+
+
+def test_an_engines_own_port_flag(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every engine today takes --port; an engine whose parser takes another flag is read by that one."""
+
+    class ShortPort(VllmServing):
+        port_flags = ("--port", "-p")
+
+    monkeypatch.setitem(SERVING, "vllm", ShortPort)
+    decision = decide(c(args=["-p", "8090"]), "pod", Choice())
+    assert (decision.action, decision.port, decision.port_from) == ("probe", 8090, "--port in its command")
 
 
 def test_has_flag() -> None:
