@@ -581,6 +581,7 @@ def test_the_shell_splits_as_a_shell_does() -> None:
     assert shell_words("if true; then vllm serve; fi", {}) == [["true"], ["vllm", "serve"], ["fi"]]
     assert shell_words("unclosed 'quote", {}) == []
     assert shell_words("${unclosed", {}) == [["${unclosed"]]
+    assert shell_words('a${R:-$X} "${P}${Q $P"', {"P": "1"}) == [["a${R:-$X}", "1${Q $P"]]
     assert shell_words("a |& b", {}) == [["a"], ["b"]]
     assert shell_words("${P}-${P} ${P}:80 ${S}/v $P/x a$/b $MY_PORT ${}:-1}", {"P": "1", "MY_PORT": "8"}) == [
         ["1-1", "1:80", "${S}/v", "1/x", "a$/b", "8", "${}:-1}"]
@@ -590,6 +591,7 @@ def test_the_shell_splits_as_a_shell_does() -> None:
 def test_the_kubelets_expansion() -> None:
     assert k8s_expand("$(A)-$$(A)-$(B)-$(", {"A": "x"}) == "x-$(A)-$(B)-$("
     assert k8s_expand("p$(A)$(A)-$(A", {"A": "x"}) == "pxx-$(A"
+    assert k8s_expand("$(A))$$$(A)$(B$(A))$$$$", {"A": "x"}) == "x)$x$(Bx)$$"
     assert env_values({"env": [{"name": "A", "value": 1}, {"name": "B", "value": "$(A)2"}, {"name": "C"}, "x"]}) == {
         "A": "1",
         "B": "12",

@@ -40,55 +40,34 @@ def env_values(container: Mapping[str, Any]) -> dict[str, str]:
 
 def k8s_expand(text: str, env: Mapping[str, str]) -> str:
     """`$(VAR)` replaced as the kubelet replaces it: known variables only; `$$` is a literal `$`."""
-    out: list[str] = []
-    i = 0
-    while i < len(text):
-        if text.startswith("$$", i):
-            out.append("$")
-            i += 2
-            continue
-        if text.startswith("$(", i):
-            name, paren, _ = text[i + 2 :].partition(")")
-            if paren and name in env:
-                out.append(env[name])
-                i += len(name) + 3  # $( NAME )
-                continue
-        out.append(text[i])
-        i += 1
+    return "$".join(_k8s_references(piece, env) for piece in text.split("$$"))
+
+
+def _k8s_references(text: str, env: Mapping[str, str]) -> str:
+    head, *rest = text.split("$(")
+    out = [head]
+    for part in rest:  # each one follows a `$(`
+        name, paren, tail = part.partition(")")
+        out.append(env[name] + tail if paren and name in env else "$(" + part)
     return "".join(out)
 
 
 def _shell_expand(word: str, env: Mapping[str, str]) -> str:
     """$VAR, ${VAR} and ${VAR:-default} replaced where the env gives the value (or the default does)."""
-    out: list[str] = []
-    i = 0
-    while i < len(word):
-        if word[i] != "$" or i + 1 >= len(word):
-            out.append(word[i])
-            i += 1
-            continue
-        if word[i + 1] == "{":
-            inner, brace, _ = word[i + 2 :].partition("}")
-            if not brace:  # unclosed: left as written
-                out.append(word[i:])
-                break
-            name, sep, default = inner.partition(":-")
-            if name in env:
-                out.append(env[name])
-            elif sep and UNRESOLVED not in default:
-                out.append(default)
-            else:
-                out.append("${" + inner + "}")
-            i += len(inner) + 3  # ${ INNER }
-            continue
-        name = ""
-        for char in word[i + 1 :]:
-            if not (char.isalnum() or char == "_"):
-                break
-            name += char
-        out.append(env[name] if name and name in env else "$" + name)
-        i += len(name) + 1
-    return "".join(out)
+    import re  # shlex, which splits the words, imports it anyway
+
+    def value(reference: re.Match[str]) -> str:
+        braced, closed, plain = reference.groups()
+        if plain is not None:
+            return env.get(plain, reference[0])
+        name, sep, default = braced.partition(":-")
+        if closed and name in env:
+            return env[name]
+        if closed and sep and UNRESOLVED not in default:
+            return default
+        return reference[0]  # unclosed (the rest of the word), or unknown: as written
+
+    return re.sub(r"\$\{([^}]*)(\}?)|\$(\w+)", value, word)
 
 
 def shell_words(script: str, env: Mapping[str, str]) -> list[list[str]]:
