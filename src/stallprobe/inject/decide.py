@@ -129,6 +129,16 @@ def is_ours(probe: Any) -> bool:
     return isinstance(command, list) and any(PYZ_KEY in str(word) for word in command)
 
 
+def _replacing(probe: Any, force: bool) -> str:
+    """What becomes of a probe the container has: "added" (none), "ours" (already injected),
+    "replaced" (a plain health check, or any with --force) or "kept" (the operator's own)."""
+    if probe is None:
+        return "added"
+    if is_ours(probe):
+        return "ours"
+    return "replaced" if is_plain_health_check(probe) or force else "kept"
+
+
 def is_plain_health_check(probe: Any) -> bool:
     """An HTTP GET of /health: it only says the process is alive, which is what the probe replaces."""
     path = probe.get("httpGet", {}).get("path") if isinstance(probe, dict) else None
@@ -265,29 +275,14 @@ def decide(container: Mapping[str, Any], role: str, choice: Choice) -> Decision:
         )
         loopback = host.startswith("127.") or host in ("localhost", "::1")
     old = container.get("livenessProbe")
-    if old is None:
-        liveness = "added"
-    elif is_ours(old):
-        liveness = "ours"
-    elif is_plain_health_check(old) or choice.force:
-        liveness = "replaced"
-    else:
+    liveness = _replacing(old, choice.force)
+    if liveness == "kept":
         return Decision("keep", "not a plain /health check; --force replaces it", engine=engine)
     # A kept initialDelaySeconds (from the plain check it replaces) is the operator's own guard.
     startup = "startupProbe" not in container and not (
         isinstance(old, dict) and isinstance(old.get("initialDelaySeconds"), int)
     )
-    readiness = ""
-    if choice.drain:
-        ready = container.get("readinessProbe")
-        if ready is None:
-            readiness = "added"
-        elif is_ours(ready):
-            readiness = "ours"
-        elif is_plain_health_check(ready) or choice.force:
-            readiness = "replaced"
-        else:
-            readiness = "kept"
+    readiness = _replacing(container.get("readinessProbe"), choice.force) if choice.drain else ""
     return Decision(
         "probe",
         engine=engine,
