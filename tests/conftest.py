@@ -6,6 +6,7 @@ import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
@@ -191,3 +192,19 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             f"{len(vllm)} tests of a real vLLM deselected: they need a 3.4 GB venv of its CPU build, which "
             ".ci/run makes and runs them in (pytest -m vllm tests/test_real_vllm.py)"
         )
+
+
+def validate(doc: dict[str, Any]) -> None:
+    """A manifest against the Kubernetes schemas (offline, strict). A LeaderWorkerSet is a CRD: its pod
+    templates are checked as Pods. KServe's ClusterServingRuntime, a CRD with no pod template inject
+    touches, has no schema to check against."""
+    import kubernetes_validate
+
+    version = kubernetes_validate.latest_version()
+    if doc["kind"] == "LeaderWorkerSet":
+        lwt = doc["spec"]["leaderWorkerTemplate"]
+        for name in ("leaderTemplate", "workerTemplate"):
+            pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}, "spec": lwt[name]["spec"]}
+            kubernetes_validate.validate(pod, version, strict=True)
+    elif doc["kind"] != "ClusterServingRuntime":
+        kubernetes_validate.validate(doc, version, strict=True)

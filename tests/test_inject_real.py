@@ -14,13 +14,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import kubernetes_validate
 import pytest
 import yaml
 
-from conftest import REPO
+from conftest import REPO, validate
 
-K8S = kubernetes_validate.latest_version()
 MANIFESTS = REPO / "tests" / "fixtures" / "manifests"
 
 
@@ -44,16 +42,6 @@ def split(text: str) -> list[str]:
         else:
             pieces[-1] += line
     return pieces
-
-
-def validate(doc: dict[str, Any]) -> None:
-    if doc["kind"] == "LeaderWorkerSet":
-        lwt = doc["spec"]["leaderWorkerTemplate"]
-        for name in ("leaderTemplate", "workerTemplate"):
-            pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}, "spec": lwt[name]["spec"]}
-            kubernetes_validate.validate(pod, K8S, strict=True)
-    elif doc["kind"] != "ClusterServingRuntime":
-        kubernetes_validate.validate(doc, K8S, strict=True)
 
 
 # file -> (expected stderr lines after "stallprobe inject: ", the containers probed: (path, port, startup))
