@@ -10,7 +10,9 @@ if TYPE_CHECKING:
     from typing import ClassVar
 
 __all__ = [
+    "COMMANDS",
     "EXIT_MEANINGS",
+    "EXIT_TABLE",
     "ExitCode",
     "InjectError",
     "MetricsError",
@@ -19,30 +21,80 @@ __all__ = [
     "StallprobeError",
     "StateFileError",
     "UsageError",
+    "exit_lines",
 ]
 
 
 class ExitCode:
-    """The process's exit codes. Plain ints, not an IntEnum: `enum` costs ~1-2 ms of every probe run."""
+    """The process's exit codes, one table for every command. Plain ints, not an IntEnum: `enum` costs
+    ~1-2 ms of every probe run."""
 
-    OK = 0  # alive: baseline, idle, paused, progressing, saturated or suspect
-    STALLED = 1  # busy and no token progress (or no answer) for the window: restart me
-    USAGE = 2  # a flag or environment variable is invalid (argparse's traditional code)
-    SCRAPE = 3  # /metrics (or the canary) failed unambiguously: refused, reset, an HTTP error
+    OK = 0  # alive (probe), ready (--ready), written (inject), stopped or all alive (watch)
+    STALLED = 1  # busy and no progress (or no answer) for the window: restart me. Never anything else.
+    USAGE = 2  # a flag, an environment variable or an input file cannot be used (argparse's traditional code)
+    SCRAPE = 3  # /metrics (or another route of the engine) failed unambiguously: refused, reset, an HTTP error
     METRICS = 4  # not a metrics page, or a required metric missing
     STATE = 5  # the state file cannot be read or written
+    CHANGES = 6  # inject --check: a run would change the manifests (a CI gate)
+    OUTPUT = 7  # stdout was closed (or failed) before the output was whole: `inject ... | head`
     INTERRUPTED = 130  # `watch --once` interrupted (the shell's code for SIGINT): never read as "alive"
 
 
-# The one table of what each code means to the probe: --help and the README print it (a test compares).
-EXIT_MEANINGS = {
-    ExitCode.OK: "alive: baseline, idle, paused, progressing, saturated or suspect (a slow answer is suspect)",
-    ExitCode.STALLED: "stalled: busy and no token progress, or no answer at all, for the window",
-    ExitCode.USAGE: "usage error: a flag or environment variable is invalid",
-    ExitCode.SCRAPE: "scrape or canary failed: refused, reset, empty, non-2xx (401: give the API key), too large",
-    ExitCode.METRICS: "not a metrics page, no known engine or several, or a required metric missing or unusable",
-    ExitCode.STATE: "the state file cannot be read or written (read-only or full filesystem)",
+# The one table of what each code means, per command (the probe's row is also EXIT_MEANINGS). Each
+# command's --help prints its own column, the README prints them all; a test compares both with this.
+COMMANDS = ("probe", "watch", "inject", "doctor")
+EXIT_TABLE: dict[int, dict[str, str]] = {
+    ExitCode.OK: {
+        "probe": "alive: baseline, idle, paused, progressing, saturated or suspect (a slow answer is suspect);"
+        " with --ready: ready",
+        "watch": "stopped (Ctrl-C, SIGTERM, or its reader went away); with --once: every endpoint alive",
+        "inject": "written (with --check: nothing would change)",
+        "doctor": "the engine looks fit for the probe",
+    },
+    ExitCode.STALLED: {
+        "probe": "stalled: busy and no token progress, or no answer at all, for the window;"
+        " with --ready: not ready (stuck under --drain-after, paused, or its health route fails)",
+        "watch": "--once: an engine is stalled",
+        "doctor": "the engine is stalled now",
+    },
+    ExitCode.USAGE: {
+        "probe": "usage error: a flag or environment variable is invalid",
+        "watch": "usage error: a flag or URL is invalid, or --listen cannot bind",
+        "inject": "usage error: a flag is invalid, or the input or a file it names cannot be used",
+        "doctor": "usage error: a flag is invalid",
+    },
+    ExitCode.SCRAPE: {
+        "probe": "scrape or canary failed: refused, reset, empty, non-2xx (401: give the API key), too large",
+        "watch": "--once: an endpoint could not be scraped (and none stalled)",
+        "doctor": "the engine could not be scraped: refused, reset, empty, non-2xx, too large",
+    },
+    ExitCode.METRICS: {
+        "probe": "not a metrics page, no known engine or several, or a required metric missing or unusable",
+        "watch": "--once: an endpoint is not a metrics page (and none stalled)",
+        "doctor": "not a metrics page, no known engine, or a required metric missing",
+    },
+    ExitCode.STATE: {
+        "probe": "the state file cannot be read or written (read-only or full filesystem)",
+    },
+    ExitCode.CHANGES: {
+        "inject": "--check: a run would change the manifests",
+    },
+    ExitCode.OUTPUT: {
+        "inject": "stdout was closed before the manifests were whole (nothing is half-written on purpose)",
+        "doctor": "stdout was closed before the report was whole",
+    },
+    ExitCode.INTERRUPTED: {
+        "watch": "--once interrupted before its second poll",
+    },
 }
+
+# What each code means to the probe: its --help and the README's probe column print it.
+EXIT_MEANINGS = {code: meanings["probe"] for code, meanings in EXIT_TABLE.items() if "probe" in meanings}
+
+
+def exit_lines(command: str) -> list[str]:
+    """The exit-code lines of `command`'s --help, from the one table."""
+    return [f"  {code:<4} {meanings[command]}" for code, meanings in EXIT_TABLE.items() if command in meanings]
 
 
 class StallprobeError(Exception):
