@@ -26,7 +26,7 @@ from werkzeug import Request, Response
 from conftest import RawServer, fixture_page, llamacpp_page, sglang_page, vllm_page
 from stallprobe import Sample, State
 from stallprobe.cli import main
-from stallprobe.errors import EXIT_MEANINGS, ExitCode, StallprobeError
+from stallprobe.errors import EXIT_MEANINGS, EXIT_TABLE, ExitCode, StallprobeError
 from stallprobe.probe import help_text
 from stallprobe.statefile import load, read_boot_id, save
 
@@ -539,9 +539,12 @@ def test_exit_codes_are_the_documented_numbers() -> None:
         ("SCRAPE", 3),
         ("METRICS", 4),
         ("STATE", 5),
+        ("CHANGES", 6),
+        ("OUTPUT", 7),
         ("INTERRUPTED", 130),
     ]
     assert list(EXIT_MEANINGS) == [value for _, value in codes[:6]]
+    assert list(EXIT_TABLE) == [value for _, value in codes]
 
 
 def test_every_error_carries_a_documented_exit_code() -> None:
