@@ -45,6 +45,8 @@ MAX_MODEL_LEN = 8192
 ENGINE_CORE_TITLE = "VLLM::EngineCore"
 RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
+# vLLM 0.20 and later: the waiting gauge split by `reason`, "capacity" and "deferred" (they sum to it).
+BY_REASON = "vllm:num_requests_waiting_by_reason"
 KV_CACHE = "vllm:kv_cache_usage_perc"
 COUNTERS = ("vllm:prompt_tokens_total", "vllm:generation_tokens_total")
 FAMILIES = (RUNNING, WAITING, *COUNTERS, KV_CACHE)
@@ -264,6 +266,7 @@ class VllmServer(ServerProcess):
     ) -> None:
         self.port = port
         self.url = f"http://{HOST}:{port}"
+        self.refuse_kv = refuse_kv
         env = server_env(tmp / "vllm")
         if cpus is not None:
             # OpenMP's threads on exactly these CPUs (the default, "auto", picks its own and reserves the rest).
