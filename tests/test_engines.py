@@ -37,6 +37,12 @@ REAL: dict[str, tuple[str, dict[str, tuple[float, float, float, float, float, di
     "vllm-0.32.0-cpu-multiprocess-idle.prom": ("vllm", {"0": (0, 0, 0, 0, 0, {})}),
     "vllm-0.32.0-cpu-paused-keep.prom": ("vllm", {"0": (4, 0, 0, 244, 2601, {KV: 0.002930045171529727})}),
     "vllm-0.32.0-cpu-asleep.prom": ("vllm", {"0": (0, 0, 0, 244, 2601, {KV: 0.0})}),
+    # Issue 17's wedge, staged on the real engine: all three waiting for capacity, owed.
+    "vllm-0.32.0-cpu-wedged-capacity.prom": ("vllm", {"0": (0, 3, 3, 61, 8, {KV: 0.0})}),
+    # The same wedge with a structured-output request deferred behind it: none owed while one is deferred.
+    "vllm-0.32.0-cpu-wedged-sticky-deferred.prom": ("vllm", {"0": (0, 4, 0, 61, 8, {KV: 0.0})}),
+    # A healthy grammar compile: deferred, not owed.
+    "vllm-0.32.0-cpu-deferred-grammar.prom": ("vllm", {"0": (0, 1, 0, 305, 64, {KV: 0.0})}),
     "vllm-v1-ahasannn-hwrouter-f7a8250.prom": ("vllm", {"0": (0, 0, 0, 0, 0, {KV: 0.0})}),
     "vllm-v1-inferstack-0.29.0-651cd61.prom": ("vllm", {"0": (0, 0, 0, 530, 584, {KV: 0.0})}),
     "vllm-v1-lmswitch-f5803ce.prom": ("vllm", {"0": (0, 0, 0, 3675428, 44995, {KV: 0.0})}),
