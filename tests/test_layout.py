@@ -35,6 +35,7 @@ LAYERS = {
     "stallprobe.inject.decide": 4,
     "stallprobe.inject.manifests": 4,
     "stallprobe.inject.shell": 4,
+    "stallprobe.inject.splice": 4,
     "stallprobe.watch": 4,
     "stallprobe.watch.command": 4,
     "stallprobe.watch.poll": 4,
@@ -64,6 +65,7 @@ PEERS = {
     ("stallprobe.inject.command", "stallprobe.inject.manifests"),
     ("stallprobe.inject.core", "stallprobe.inject.decide"),
     ("stallprobe.inject.decide", "stallprobe.inject.shell"),
+    ("stallprobe.inject.manifests", "stallprobe.inject.splice"),
 }
 
 
@@ -71,7 +73,7 @@ def test_peer_imports_have_no_cycle() -> None:
     order = ["stallprobe.watch.runner", "stallprobe.watch.poll", "stallprobe.watch.view", "stallprobe.watch.serve"]
     order.append("stallprobe.watch.command")
     order.append("stallprobe.watch")
-    order += [f"stallprobe.inject.{name}" for name in ("shell", "decide", "core", "manifests", "command")]
+    order += [f"stallprobe.inject.{name}" for name in ("shell", "decide", "core", "splice", "manifests", "command")]
     order.append("stallprobe.inject")
     for importer, imported in PEERS:
         assert order.index(imported) < order.index(importer), (importer, imported)

@@ -2,12 +2,16 @@
 
 The same command serves three callers:
 - a person or a pipeline: `stallprobe inject -f deploy.yaml | kubectl apply -f -`; `--check` writes
-  nothing and exits 3 when a run would change something (a CI gate);
+  nothing and exits 6 when a run would change something (a CI gate);
 - Helm's post-renderer: every rendered manifest on stdin, the result on stdout, non-zero on failure;
 - Kustomize's KRM function (exec): a ResourceList on stdin, whose functionConfig carries the options
   (the flags' names without `--`, under `spec` or `data`), the ResourceList back on stdout.
 `--print-probe` writes only what an operator embeds in the pods it renders: the container fields and the
 ConfigMap.
+
+Nothing goes to stdout until everything has succeeded: the output is made whole in memory and written at
+once, so a failure leaves stdout empty (one line on stderr says why), and a reader that goes away early
+(`| head -1`) is one line and exit 7, not a traceback.
 """
 
 from __future__ import annotations
@@ -15,12 +19,12 @@ from __future__ import annotations
 import sys
 
 from .. import __version__
-from ..errors import InjectError
+from ..errors import ExitCode, InjectError, OutputError, exit_lines
 from ..options import INJECT, PASSED_ON, help_lines, parse
 from ..report import num
 from .core import Options, configmap, container_fields, inject
 from .decide import Decision
-from .manifests import Manifests, read_documents, write_documents
+from .manifests import MAX_BYTES, Manifests, decode, dump_yaml, read_documents, write_documents
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -31,9 +35,8 @@ if TYPE_CHECKING:
 
 __all__ = ["main"]
 
-# --check: a run would change the manifests. Not 1 (that is "stalled" to anyone who reads stallprobe's
-# codes) and not 2 (a usage error).
-CHANGES_PENDING = 3
+# A ConfigMap holds at most 1 MiB (the API server's limit), and the archive rides in one.
+MAX_PYZ = 1024 * 1024
 KRM_API = "config.kubernetes.io/v1"
 
 DESCRIPTION = """\
@@ -54,7 +57,8 @@ def help_text() -> str:
             "options:",
             *help_lines(INJECT, environment=False),
             "",
-            f"exit codes: 0 written; 2 usage error; {CHANGES_PENDING} with --check: a run would change something",
+            "exit codes:",
+            *exit_lines("inject"),
         ]
     )
 
@@ -77,26 +81,96 @@ def _probe_args(values: Values) -> list[str]:
     return args
 
 
-def _read(path: str, flag: str, binary: bool) -> str | bytes:
+def _shown(path: str) -> str:
+    return path if path.isprintable() else repr(path)  # a path with a newline stays on one line
+
+
+def _read(path: str, flag: str, limit: int) -> bytes:
+    """A file's bytes, up to one past `limit` (a larger file, or an endless one, is read no further)."""
     try:
-        if binary:
-            with open(path, "rb") as f:
-                return f.read()
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InjectError(f"{flag} {path}: {getattr(exc, 'strerror', None) or exc}") from None
+        with open(path, "rb") as f:
+            return f.read(limit + 1)
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        raise InjectError(f"{flag} {_shown(path)}: {getattr(exc, 'strerror', None) or exc}") from None
+
+
+def _input(filename: str) -> str:
+    """The manifests' text, from -f FILE or stdin."""
+    if filename != "-":
+        return decode(_read(filename, "-f", MAX_BYTES))
+    stdin = sys.stdin
+    try:
+        if stdin is None:
+            raise InjectError("stdin is closed: give the manifests with -f FILE")
+        if stdin.isatty():
+            raise InjectError("no manifests on stdin, which is a terminal: pipe them in, or give -f FILE")
+        binary = getattr(stdin, "buffer", None)
+        data = binary.read(MAX_BYTES + 1) if binary is not None else stdin.read(MAX_BYTES + 1).encode()
+    except (OSError, ValueError) as exc:  # ValueError: a closed stream
+        raise InjectError(f"stdin cannot be read: {getattr(exc, 'strerror', None) or exc}") from None
+    return decode(data)
 
 
 def _pyz(values: Values) -> bytes:
     path = values.text("pyz")
     if path is not None:
-        pyz = _read(path, "--pyz", binary=True)
-        assert isinstance(pyz, bytes)
+        pyz = _read(path, "--pyz", MAX_PYZ)
+        if len(pyz) > MAX_PYZ:
+            raise InjectError(f"--pyz {_shown(path)} is larger than 1 MiB, more than a ConfigMap holds")
         return pyz
     from ..pyz import build
 
-    return build(values.text("python"))
+    return build(values.text("python"))  # UsageError when --python cannot compile it
+
+
+def _emit(text: str) -> None:
+    """Write the whole output at once, as UTF-8 whatever the locale (the bytes that came in go out).
+    OutputError when stdout is closed or a write to it fails."""
+    try:
+        if sys.stdout is None:
+            raise OSError("closed")
+        binary = getattr(sys.stdout, "buffer", None)
+        if binary is None:  # a text stream without bytes beneath (a test's)
+            sys.stdout.write(text)
+        else:
+            # A pipe whose reader goes away mid-write takes part of it and returns a short count, which
+            # the text layer would ignore: the rest is written until it is all out or the pipe says why not.
+            sys.stdout.flush()
+            data = memoryview(text.encode("utf-8"))
+            while data:
+                written = binary.write(data)
+                if not written:  # None: a non-blocking stdout that would block
+                    raise OSError("stdout takes nothing more")
+                data = data[written:]
+        sys.stdout.flush()
+    except (OSError, ValueError) as exc:  # ValueError: a closed stream
+        _drop_stdout()
+        raise OutputError(
+            f"stdout was closed before the output was whole ({getattr(exc, 'strerror', None) or exc})"
+        ) from None
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null: what is still buffered in it would fail again when the interpreter
+    flushes it at exit, which prints an "Exception ignored" traceback and exits 120."""
+    import os
+
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+    except (OSError, ValueError, AttributeError):  # no file descriptor (a test's stream), or no stdout
+        pass
+
+
+def _say(lines: list[str]) -> None:
+    """The log on stderr; when nobody reads it, the output still counts."""
+    try:
+        for line in lines:
+            print(f"stallprobe inject: {line}", file=sys.stderr)
+        sys.stderr.flush()
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def options_of(values: Values, pyz: bytes) -> Options:
@@ -143,17 +217,17 @@ def _krm_args(config: Any) -> list[str]:
     return argv
 
 
-def _print_probe(values: Values) -> int:
+def _print_probe(values: Values) -> str:
     engine = values.text("engine")
     port = values.value("port")
-    if engine in (None, "auto") or not isinstance(port, float):
+    if engine in (None, "auto") or not isinstance(port, int):
         raise InjectError("--print-probe needs --engine (vllm, sglang or llamacpp) and --port")
     if values.text("output") not in ("yaml", "json"):
         raise InjectError(f"--output must be yaml or json (got {values.text('output')!r})")
     options = options_of(values, _pyz(values))
     loopback = engine != "vllm"  # SGLang and llama.cpp bind loopback unless told otherwise
     decision = Decision(
-        "probe", engine=engine, port=int(port), startup=True, loopback=loopback, readiness="added", liveness="added"
+        "probe", engine=engine, port=port, startup=True, loopback=loopback, readiness="added", liveness="added"
     )
     fields = container_fields(decision, options, None, options.state_volume)
     volumes: list[dict[str, Any]] = [
@@ -165,30 +239,20 @@ def _print_probe(values: Values) -> int:
     if values.text("output") == "json":
         import json
 
-        print(json.dumps(whole, indent=2))
-    else:
-        import io
-
-        from .manifests import _yaml
-
-        buffer = io.StringIO()
-        _yaml().dump(whole, buffer)
-        sys.stdout.write(buffer.getvalue())
-    return 0
+        return json.dumps(whole, indent=2) + "\n"
+    return dump_yaml(whole)
 
 
 def main(argv: Sequence[str]) -> int:
     """`stallprobe inject ...`: the manifests to stdout, the log to stderr; the exit code."""
     values = parse(argv, INJECT)
     if isinstance(values, str):
-        print(help_text() if values == "help" else f"stallprobe {__version__}")
-        return 0
+        _emit((help_text() if values == "help" else f"stallprobe {__version__}") + "\n")
+        return ExitCode.OK
     if values.flag("print_probe"):
-        return _print_probe(values)
-    filename = values.text("filename") or "-"
-    text = sys.stdin.read() if filename == "-" else _read(filename, "-f", binary=False)
-    assert isinstance(text, str)
-    manifests = read_documents(text)
+        _emit(_print_probe(values))
+        return ExitCode.OK
+    manifests = read_documents(_input(values.text("filename") or "-"))
     krm = (
         len(manifests.docs) == 1
         and isinstance(manifests.docs[0], dict)
@@ -198,17 +262,19 @@ def main(argv: Sequence[str]) -> int:
         resource_list = manifests.docs[0]
         values = parse([*_krm_args(resource_list.get("functionConfig")), *argv], INJECT)
         assert not isinstance(values, str)
-        items = list(resource_list.get("items") or [])
-        items, log, changed = inject(items, options_of(values, _pyz(values)))
+        items = resource_list.get("items")
+        if not isinstance(items, list):
+            raise InjectError("the ResourceList has no items list (a KRM function gets its resources there)")
+        items, log, changed = inject(list(items), options_of(values, _pyz(values)))
         resource_list["items"] = items
-        out = Manifests(manifests.form, [resource_list], manifests.texts, manifests.indents)
+        out = Manifests(manifests.form, [resource_list], manifests.texts, manifests.lines)
         changed = {0} if changed else set()
     else:
         docs, log, changed = inject(manifests.docs, options_of(values, _pyz(values)))
-        out = Manifests(manifests.form, docs, manifests.texts, manifests.indents)
-    for line in log:
-        print(f"stallprobe inject: {line}", file=sys.stderr)
+        out = Manifests(manifests.form, docs, manifests.texts, manifests.lines)
     if values.flag("check"):
-        return CHANGES_PENDING if changed else 0
-    write_documents(out, changed, sys.stdout)
-    return 0
+        _say(log)
+        return ExitCode.CHANGES if changed else ExitCode.OK
+    _emit(write_documents(out, changed))
+    _say(log)
+    return ExitCode.OK
