@@ -411,6 +411,13 @@ def test_a_paused_engine_and_an_asleep_one_leave_the_rotation_until_they_resume(
     assert hook.runs() == []  # paused on purpose: never restarted
 
 
+def test_the_readmes_lines_are_the_configurations() -> None:
+    readme = (REPO / "README.md").read_text()
+    block = readme.split("```haproxy\n", 1)[1].split("```", 1)[0]
+    lines = {line.strip() for line in CONFIG.read_text().splitlines()}
+    assert [line for line in block.splitlines() if line.strip() not in lines] == []
+
+
 def test_the_configuration_is_valid_as_it_is() -> None:
     result = subprocess.run([haproxy(), "-c", "-f", str(CONFIG)], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
