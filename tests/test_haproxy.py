@@ -15,6 +15,7 @@ import itertools
 import json
 import os
 import re
+import select
 import shlex
 import shutil
 import signal
@@ -169,11 +170,14 @@ class Pool:
         command += ["--timeout", "1", "--on-stalled", hook.command, *(e.url for e in self.engines.values())]
         watch = self._start(command, self.watch_log, stderr=subprocess.PIPE)
         assert watch.stderr is not None
+        # Its first line says where it serves (bounded: a watch that says nothing fails the test).
+        if not select.select([watch.stderr], [], [], WAIT)[0]:
+            pytest.fail(f"watch said nothing within {WAIT:g} s")
         line = watch.stderr.readline().decode()
         # Read on, so that the pipe never fills; what comes goes into the log.
         threading.Thread(target=self._drain, args=(watch.stderr,), daemon=True).start()
         if not line.startswith("stallprobe watch: serving http://127.0.0.1:"):
-            until("the watch's address", lambda: watch.poll() is not None, log=self.logs)
+            watch.wait(WAIT)
             pytest.fail(f"watch did not start: {line}{self.logs()}")
         self.watch = line.split()[3].removesuffix("/metrics")
         for role, engine in self.engines.items():
@@ -184,8 +188,12 @@ class Pool:
         host, port = self.watch.removeprefix("http://").split(":")
         env = {**os.environ, "LB_BIND": f"fd@{self.listener.fileno()}", "LB_SOCKET": str(self.socket)}
         env.update(WATCH_HOST=host, WATCH_PORT=port)
-        self._start([haproxy(), "-db", "-f", str(config)], self.haproxy_log, env=env, fds=(self.listener.fileno(),))
-        until("HAProxy's admin socket", self.socket.exists, log=self.logs)
+        lb = self._start(
+            [haproxy(), "-db", "-f", str(config)], self.haproxy_log, env=env, fds=(self.listener.fileno(),)
+        )
+        until("HAProxy's admin socket", lambda: self.socket.exists() or lb.poll() is not None, log=self.logs)
+        if lb.poll() is not None:
+            pytest.fail(f"HAProxy exited ({lb.returncode}) at its start\n{self.logs()}")
         threading.Thread(target=self._look, daemon=True).start()
         until("every server up", lambda: all(self.status(role) == "UP" for role in self.engines), log=self.logs)
 
@@ -275,7 +283,8 @@ class Pool:
 
     def logs(self) -> str:
         history = {name: [(round(t, 1), s) for t, s, _ in h] for name, h in self.history.items()}
-        tail = {path.name: path.read_text(errors="replace")[-3000:] for path in (self.watch_log, self.haproxy_log)}
+        logs = (path for path in (self.watch_log, self.haproxy_log) if path.exists())
+        tail = {path.name: path.read_text(errors="replace")[-3000:] for path in logs}
         return f"servers: {self.name}\nstatuses: {history}\n" + "".join(f"--- {n}\n{t}" for n, t in tail.items())
 
     def close(self) -> None:
@@ -379,6 +388,10 @@ def test_a_wedged_engine_is_drained_long_before_it_is_restarted_and_a_saturated_
         assert stats[lb.name[role]]["chkdown"] == "0"
         assert any(out_mark < n <= unwedged_mark for n in numbers(engine)), role
     assert stats[lb.name["victim"]]["chkdown"] == "1"
+    # Nor did the pool answer any of them with an error: 200, or (a loaded machine) not within a second.
+    drained = {n: status for n, status in client.answers.items() if out_mark < n <= unwedged_mark}
+    assert set(drained.values()) <= {200, 0}, drained
+    assert 200 in drained.values()
 
 
 def test_a_paused_engine_and_an_asleep_one_leave_the_rotation_until_they_resume(lb: Pool, tmp_path: Path) -> None:
