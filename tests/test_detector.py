@@ -12,6 +12,7 @@ import pytest
 from stallprobe import (
     DEFAULT_SATURATION,
     DEFAULT_WINDOW,
+    EnginesAssessment,
     Sample,
     State,
     Verdict,
@@ -20,6 +21,7 @@ from stallprobe import (
     replay,
     step,
 )
+from stallprobe.detector import looks_idle, readiness
 
 B, IDL, PA, P, SAT, SUS, ST = (
     Verdict.BASELINE,
@@ -773,3 +775,117 @@ def test_replace_changes_only_what_it_is_given() -> None:
     assert sample.replace() == sample
     assert sample.replace(pending=0) == Sample(1, 2, 3, 4, 5, signals={"kv": 0.5}, paused="asleep", answered=False)
     assert sample.replace(paused="") == Sample(1, 2, 3, 4, 5, signals={"kv": 0.5}, pending=2, answered=False)
+
+
+# --- readiness: one rule for the probe's --ready and watch's /ready
+
+
+def judged(window: float, steps: list[dict[str, Sample]]) -> EnginesAssessment:
+    """The last step's assessment after folding every step from no history."""
+    states = None
+    for samples in steps:
+        result = assess_engines(states, samples, window)
+        states = result.states
+    return result
+
+
+# (name, window, drain_after, steps, healthy, (ready, verdict for routing, the engine that speaks))
+READINESS: list[tuple[str, float, float, list[dict[str, Sample]], bool, tuple[bool, Verdict, str]]] = [
+    ("baseline_is_ready", 120, 30, [E(e0=S(4, 0, 0, 0))], True, (True, B, "0")),
+    ("idle_is_ready", 120, 30, [E(e0=S(0, 5, 5, 0)), E(e0=S(0, 5, 5, 500))], True, (True, IDL, "0")),
+    ("moving_is_ready", 120, 30, [E(e0=S(4, 0, 0, 0)), E(e0=S(4, 9, 0, 10))], True, (True, P, "0")),
+    ("saturated_stays_ready", 120, 30, [E(e0=S(9, 0, 0, 0)), E(e0=S(9, 1, 0, 60, 99))], True, (True, SAT, "0")),
+    ("frozen_under_drain_is_ready", 120, 30, [E(e0=S(4, 5, 5, 0)), E(e0=S(4, 5, 5, 29.9))], True, (True, SUS, "0")),
+    ("frozen_for_drain_is_not_ready", 120, 30, [E(e0=S(4, 5, 5, 0)), E(e0=S(4, 5, 5, 30))], True, (False, ST, "0")),
+    ("silent_under_drain_is_ready", 120, 30, [E(e0=S(4, 5, 5, 0)), E(e0=Q(29))], True, (True, SUS, "0")),
+    ("silent_for_drain_is_not_ready", 120, 30, [E(e0=S(4, 5, 5, 0)), E(e0=Q(30))], True, (False, ST, "0")),
+    ("stalled_for_liveness_too", 120, 30, [E(e0=S(4, 5, 5, 0)), E(e0=S(4, 5, 5, 200))], True, (False, ST, "0")),
+    ("drain_longer_than_window", 10, 30, [E(e0=S(4, 5, 5, 0)), E(e0=S(4, 5, 5, 20))], True, (True, SUS, "0")),
+    ("paused_is_not_ready", 120, 30, [E(e0=Z(4, 5, 5, 0)), E(e0=Z(4, 5, 5, 1))], True, (False, PA, "0")),
+    ("unhealthy_is_not_ready", 120, 30, [E(e0=S(4, 0, 0, 0)), E(e0=S(4, 9, 0, 10))], False, (False, P, "0")),
+    (
+        "a_paused_engine_among_moving_ones_speaks",
+        120,
+        30,
+        [E(e0=S(3, 0, 0, 0), e1=Z(0, 0, 0, 0)), E(e0=S(3, 9, 0, 10), e1=Z(0, 0, 0, 10))],
+        True,
+        (False, PA, "1"),
+    ),
+    (
+        "a_drained_engine_speaks_before_a_paused_one",
+        120,
+        30,
+        [E(e0=Z(0, 0, 0, 0), e1=S(3, 0, 0, 0)), E(e0=Z(0, 0, 0, 40), e1=S(3, 0, 0, 40))],
+        True,
+        (False, ST, "1"),
+    ),
+    (
+        "one_frozen_engine_under_drain_beside_a_moving_one",
+        120,
+        30,
+        [E(e0=S(3, 0, 0, 0), e1=S(3, 0, 0, 0)), E(e0=S(3, 9, 0, 10), e1=S(3, 0, 0, 10))],
+        True,
+        (True, SUS, "1"),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("window", "drain_after", "steps", "healthy", "expected"),
+    [r[1:] for r in READINESS],
+    ids=[r[0] for r in READINESS],
+)
+def test_readiness(
+    window: float,
+    drain_after: float,
+    steps: list[dict[str, Sample]],
+    healthy: bool,
+    expected: tuple[bool, Verdict, str],
+) -> None:
+    assert READINESS
+    result = judged(window, steps)
+    ready, routing = readiness(result, drain_after, healthy=healthy)
+    assert (ready, routing.verdict, routing.worst) == expected
+    # The same history and stall clocks; only verdicts of busy, frozen engines change with the window.
+    assert routing.states == result.states
+    for name, one in routing.engines.items():
+        assert one.stalled_for == result.engines[name].stalled_for
+        assert one.reason == result.engines[name].reason
+        assert one.verdict is result.engines[name].verdict or {one.verdict, result.engines[name].verdict} == {SUS, ST}
+
+
+def test_readiness_is_healthy_unless_told() -> None:
+    result = judged(120, [E(e0=S(4, 0, 0, 0)), E(e0=S(4, 9, 0, 10))])
+    assert readiness(result, 30)[0] is True
+
+
+@pytest.mark.parametrize("drain_after", [0.0, -1.0, math.nan])
+def test_readiness_refuses_a_drain_window_that_is_not_positive(drain_after: float) -> None:
+    result = judged(120, [E(e0=S(4, 0, 0, 0))])
+    with pytest.raises(ValueError, match="drain_after must be > 0"):
+        readiness(result, drain_after)
+
+
+# --- when an engine looks idle enough to be asked about requests its gauges miss
+
+# (name, the previous sample of each engine or None, this look's samples, whether it looks idle)
+LOOKS_IDLE: list[tuple[str, dict[str, Sample] | None, dict[str, Sample], bool]] = [
+    ("nothing_moved_since_the_last_look", E(e0=S(0, 5, 5, 0)), E(e0=S(0, 5, 5, 10)), True),
+    ("no_history", None, E(e0=S(0, 5, 5, 10)), False),
+    ("requests_running", E(e0=S(0, 5, 5, 0)), E(e0=S(1, 5, 5, 10)), False),
+    ("requests_waiting", E(e0=S(0, 5, 5, 0)), E(e0=S(0, 5, 5, 10, 1)), False),
+    ("an_engine_not_seen_before", E(e0=S(0, 5, 5, 0)), E(e0=S(0, 5, 5, 10), e1=S(0, 5, 5, 10)), False),
+    ("the_last_look_got_no_answer", E(e0=Q(0)), E(e0=S(0, 5, 5, 10)), False),
+    ("generation_moved", E(e0=S(0, 5, 5, 0)), E(e0=S(0, 6, 5, 10)), False),
+    ("prompt_moved", E(e0=S(0, 5, 5, 0)), E(e0=S(0, 5, 6, 10)), False),
+    ("a_signal_moved", E(e0=S(0, 5, 5, 0, kv=0.1)), E(e0=S(0, 5, 5, 10, kv=0.2)), False),
+    ("moved_while_a_canary_was_owed", E(e0=C(5, 5, 0)), E(e0=S(0, 6, 5, 10)), True),
+    ("one_of_two_engines_moved", E(e0=S(0, 5, 5, 0), e1=S(0, 5, 5, 0)), E(e0=S(0, 5, 5, 9), e1=S(0, 6, 5, 9)), False),
+]
+
+
+@pytest.mark.parametrize(("previous", "samples", "idle"), [r[1:] for r in LOOKS_IDLE], ids=[r[0] for r in LOOKS_IDLE])
+def test_looks_idle(previous: dict[str, Sample] | None, samples: dict[str, Sample], idle: bool) -> None:
+    assert LOOKS_IDLE
+    history = None if previous is None else {name: State(sample) for name, sample in previous.items()}
+    assert looks_idle(samples, history) is idle

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from conftest import REPO, validate
+from stallprobe.errors import ExitCode
 
 MANIFESTS = REPO / "tests" / "fixtures" / "manifests"
 
@@ -114,7 +115,7 @@ def test_real_manifest(name: str) -> None:
     assert second.stdout == first.stdout
     assert all("skipped" in line or "already injected, unchanged" in line for line in second.stderr.splitlines())
     assert run(first.stdout, "--check").returncode == 0
-    assert run(text, "--check").returncode == (3 if probed else 0)
+    assert run(text, "--check").returncode == (ExitCode.CHANGES if probed else ExitCode.OK)
 
 
 def test_comments_and_block_scalars_survive_in_a_changed_document() -> None:

@@ -24,27 +24,30 @@ LAYERS = {
     "stallprobe.scrape": 2,
     "stallprobe.statefile": 2,
     "stallprobe.pyz": 2,
+    "stallprobe.console": 2,  # stdout and stderr, when they may be closed
     "stallprobe.api": 3,  # questions beyond /metrics, over scrape's HTTP
     # The flags of every command.
     "stallprobe.options": 3,
+    # The one pipeline: what an engine said at one look, for every command.
+    "stallprobe.observe": 4,
     # The commands: peers that never import each other.
-    "stallprobe.probe": 4,
-    "stallprobe.inject": 4,
-    "stallprobe.inject.command": 4,
-    "stallprobe.inject.core": 4,
-    "stallprobe.inject.decide": 4,
-    "stallprobe.inject.manifests": 4,
-    "stallprobe.inject.shell": 4,
-    "stallprobe.watch": 4,
-    "stallprobe.watch.command": 4,
-    "stallprobe.watch.poll": 4,
-    "stallprobe.watch.runner": 4,
-    "stallprobe.watch.view": 4,
-    "stallprobe.watch.serve": 4,
+    "stallprobe.probe": 5,
+    "stallprobe.inject": 5,
+    "stallprobe.inject.command": 5,
+    "stallprobe.inject.core": 5,
+    "stallprobe.inject.decide": 5,
+    "stallprobe.inject.manifests": 5,
+    "stallprobe.inject.shell": 5,
+    "stallprobe.watch": 5,
+    "stallprobe.watch.command": 5,
+    "stallprobe.watch.poll": 5,
+    "stallprobe.watch.runner": 5,
+    "stallprobe.watch.view": 5,
+    "stallprobe.watch.serve": 5,
     # The dispatcher, and what starts it.
     "stallprobe": 0,
-    "stallprobe.cli": 5,
-    "stallprobe.__main__": 6,
+    "stallprobe.cli": 6,
+    "stallprobe.__main__": 7,
 }
 # Imports within one layer that are part of the design: a package and its own modules.
 PEERS = {

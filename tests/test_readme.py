@@ -104,7 +104,7 @@ def test_exit_code_table_matches_the_code() -> None:
 
 def test_flag_table_lists_every_flag_and_variable() -> None:
     for option in PROBE:
-        flag, env, metavar, default = option.flag, option.env, option.metavar, option.shown
+        flag, env, metavar, default = option.flag, option.env, option.metavar, option.env_shown
         row = f"| `{flag} {metavar}` | `{env}`" if metavar else f"| `{flag}` | `{env}`"
         assert row in README, row
         if not default.startswith("$"):

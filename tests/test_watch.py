@@ -639,9 +639,9 @@ def test_terminal_table_redraws_one_row_per_engine_and_a_total(pool: Callable[[s
         rows = [row_of(screen, name) for name in names]
         total = row_of(screen, "total")
         shown = [row[0][2] if len(row) == 1 and len(row[0]) > 2 else None for row in rows]
-        return shown == verdicts and len(total) == 1 and total[0][1] == "stalled"
+        return shown == verdicts and len(total) == 1 and total[0][1:3] == ["stalled", "2/4"]
 
-    seen, code, after = on_terminal(["--interval", "0.3", "--window", "1", *urls], ready)
+    seen, code, after = on_terminal(["--interval", "0.3", "--window", "1", "--drain-after", "0.5", *urls], ready)
     assert code == 0
     lines = seen.lines()
     assert re.fullmatch(
@@ -651,6 +651,7 @@ def test_terminal_table_redraws_one_row_per_engine_and_a_total(pool: Callable[[s
         "ENDPOINT",
         "ENGINE",
         "VERDICT",
+        "READY",
         "HELD",
         "RUNNING",
         "WAITING",
@@ -661,14 +662,15 @@ def test_terminal_table_redraws_one_row_per_engine_and_a_total(pool: Callable[[s
     # Each endpoint exactly once: the table is redrawn in place, not scrolled.
     assert [line.split()[0] for line in lines[2:7]] == [*names, "total"]
     held = r"(\d+\.\d s|\d+ s|\dm\d\ds)"
-    # engine, verdict, held, running, waiting, prompt and generation tok/s, note
-    assert re.fullmatch(rf"\S+ +- +idle +{held} +0 +0 +0\.0 +0\.0", lines[2])
-    assert re.fullmatch(rf"\S+ +- +saturated +{held} +12 +99 +0\.0 +[\d.]+ +busy, not stuck: do not restart", lines[3])
-    assert re.fullmatch(rf"\S+ +- +stalled +{held} +21 +0 +0\.0 +0\.0 +no token progress for [\d.]+ s", lines[4])
-    assert re.fullmatch(rf"\S+ +- +unreachable +{held} +- +- +- +- +connection refused .*", lines[5])
-    # The pool: its worst verdict, the sums, and how many of each.
+    # engine, verdict, ready, held, running, waiting, prompt and generation tok/s, note
+    assert re.fullmatch(rf"\S+ +- +idle +yes +{held} +0 +0 +0\.0 +0\.0", lines[2])
+    busy = rf"\S+ +- +saturated +yes +{held} +12 +99 +0\.0 +[\d.]+ +busy, not stuck: do not restart"
+    assert re.fullmatch(busy, lines[3])
+    assert re.fullmatch(rf"\S+ +- +stalled +out +{held} +21 +0 +0\.0 +0\.0 +no token progress for [\d.]+ s", lines[4])
+    assert re.fullmatch(rf"\S+ +- +unreachable +out +{held} +- +- +- +- +connection refused .*", lines[5])
+    # The pool: its worst verdict, how many may take requests, the sums, and how many of each.
     assert re.fullmatch(
-        r"total +stalled +33 +99 +0\.0 +[\d.]+ +1 stalled, 1 unreachable, 1 saturated, 1 idle", lines[6]
+        r"total +stalled +2/4 +33 +99 +0\.0 +[\d.]+ +1 stalled, 1 unreachable, 1 saturated, 1 idle", lines[6]
     )
     assert all(line == "" for line in lines[7:])
     # Ctrl-C: exit 0, the cursor back, the last table left on the screen, no traceback.

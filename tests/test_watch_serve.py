@@ -34,7 +34,7 @@ class Watching:
 
     def __init__(self, *urls: str) -> None:
         command = [sys.executable, "-m", "stallprobe", "watch", "--json", "--listen", "127.0.0.1:0"]
-        command += ["--interval", "0.3", "--window", "0.6", "--timeout", "1", *urls]
+        command += ["--interval", "0.3", "--window", "0.6", "--drain-after", "0.3", "--timeout", "1", *urls]
         self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         assert self.process.stderr is not None
         line = self.process.stderr.readline()
@@ -69,6 +69,7 @@ class Watching:
 def pool(httpserver: HTTPServer) -> Iterator[tuple[Watching, str, str, str]]:
     httpserver.expect_request("/idle/metrics").respond_with_data(vllm_page(0, 10, 10), content_type="text/plain")
     httpserver.expect_request("/wedged/metrics").respond_with_data(vllm_page(4, 10, 10), content_type="text/plain")
+    httpserver.expect_request("/health").respond_with_data("")
     idle, wedged, dead = httpserver.url_for("/idle/metrics"), httpserver.url_for("/wedged/metrics"), refused()
     watching = Watching(idle, wedged, dead)
     try:
@@ -80,12 +81,13 @@ def pool(httpserver: HTTPServer) -> Iterator[tuple[Watching, str, str, str]]:
 
 def test_ready_answers_per_endpoint_for_a_load_balancer(pool: tuple[Watching, str, str, str]) -> None:
     watching, idle, wedged, dead = pool
-    watching.until("the wedged engine stalled", lambda: watching.get(f"/ready?url={wedged}")[0] == 503)
+    watching.until("the wedged engine drained", lambda: watching.get(f"/ready?url={wedged}")[0] == 503)
     code, body = watching.get(f"/ready?url={wedged}")
-    assert (code, body.split(":")[0]) == (503, "stalled")
-    assert watching.get(f"/ready?url={idle}") == (200, "idle: 0 running, 0 waiting\n")
+    assert (code, body.split(";")[0]) == (503, "not ready: stalled: 4 running, 0 waiting")
+    assert "(window 0.3 s)" in body  # judged under --drain-after, not the liveness window
+    assert watching.get(f"/ready?url={idle}") == (200, "ready: idle: 0 running, 0 waiting\n")
     code, body = watching.get(f"/ready?url={dead}")
-    assert (code, body.split(":")[0]) == (503, "unreachable")
+    assert (code, body.split(":")[:2]) == (503, ["not ready", " unreachable"])
     assert watching.get("/ready?url=http://10.9.9.9:1/metrics")[0] == 404
     assert watching.get("/ready")[0] == 400
     assert watching.get("/nothing")[0] == 404
@@ -94,13 +96,21 @@ def test_ready_answers_per_endpoint_for_a_load_balancer(pool: tuple[Watching, st
 
 def test_metrics_follow_prometheus_conventions_and_tell_each_verdict(pool: tuple[Watching, str, str, str]) -> None:
     watching, idle, wedged, dead = pool
-    watching.until("the wedged engine stalled", lambda: watching.get(f"/ready?url={wedged}")[0] == 503)
+    watching.until("the wedged engine stalled", lambda: "stalled" in watching.get(f"/ready?url={wedged}")[1])
+    watching.until(
+        "the liveness window passed",
+        lambda: (
+            f'stallprobe_engine_verdict{{url="{wedged}",engine="0",verdict="stalled"}} 1' in watching.get("/metrics")[1]
+        ),
+    )
     code, text = watching.get("/metrics")
     assert code == 200
     assert f'stallprobe_engine_verdict{{url="{wedged}",engine="0",verdict="stalled"}} 1' in text
     assert f'stallprobe_engine_verdict{{url="{wedged}",engine="0",verdict="idle"}} 0' in text
     assert f'stallprobe_engine_verdict{{url="{idle}",engine="0",verdict="idle"}} 1' in text
     assert f'stallprobe_engine_running_requests{{url="{wedged}",engine="0"}} 4' in text
+    assert f'stallprobe_engine_ready{{url="{wedged}",engine="0"}} 0' in text
+    assert f'stallprobe_engine_ready{{url="{idle}",engine="0"}} 1' in text
     assert f'stallprobe_engine_verdict{{url="{dead}",engine="",verdict="unreachable"}} 1' in text
     errors = next(
         line for line in text.splitlines() if line.startswith(f'stallprobe_scrape_errors_total{{url="{dead}"}}')

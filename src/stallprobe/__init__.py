@@ -17,6 +17,7 @@ from .detector import (
     Verdict,
     assess,
     assess_engines,
+    readiness,
     replay,
     step,
 )
@@ -41,6 +42,7 @@ __all__ = [
     "__version__",
     "assess",
     "assess_engines",
+    "readiness",
     "replay",
     "step",
 ]

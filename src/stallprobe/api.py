@@ -34,7 +34,7 @@ if TYPE_CHECKING:
         server_load: bool  # --server-load
 
 
-__all__ = ["ask_idle", "ask_paused", "canary", "in_flight", "is_paused", "looks_idle", "origin"]
+__all__ = ["ask_idle", "ask_paused", "canary", "in_flight", "is_paused"]
 
 # vLLM answers /is_paused through its engine core, between two steps: within milliseconds when it is
 # paused (the core is idle) or healthy; a wedged core never answers. A second is far above the first and
@@ -43,12 +43,6 @@ PAUSE_QUERY_TIMEOUT = 1.0
 # The canary's prompt and its single token: the least work that goes through the whole engine.
 _CANARY_PROMPT = "Hi"
 _MAX_JSON = 1024 * 1024  # a model list or a one-token completion is a few KB
-
-
-def origin(url: str) -> str:
-    """`http://host:port` of a URL: where the engine's other routes are."""
-    slash = url.find("/", url.find("://") + 3)
-    return url if slash < 0 else url[:slash]
 
 
 def _json(answer: Answer, where: str) -> object:
@@ -134,22 +128,6 @@ def canary(base: str, key: str, timeout: float) -> float | None:
     return time.monotonic() - started
 
 
-def looks_idle(samples: Mapping[str, Sample], previous: Mapping[str, State] | None) -> bool:
-    """Every engine idle to its gauges, and nothing moved since the last look (or a canary is owed an
-    answer): only then can requests be hanging where the gauges do not see them. Never for a busy one."""
-    if not previous or any(sample.running or sample.waiting for sample in samples.values()):
-        return False
-    for name, sample in samples.items():
-        before = previous.get(name)
-        if before is None or not before.last.answered:
-            return False
-        last = before.last
-        moved = (sample.generation, sample.prompt, sample.signals) != (last.generation, last.prompt, last.signals)
-        if moved and not last.pending:
-            return False
-    return True
-
-
 def ask_idle(
     samples: Mapping[str, Sample],
     previous: Mapping[str, State] | None,
@@ -160,13 +138,11 @@ def ask_idle(
     facts: dict[str, float],
     now: float,
 ) -> tuple[dict[str, Sample], str]:
-    """For an engine that looks idle (looks_idle): the requests its server has in flight
+    """For an engine that looks idle (detector.looks_idle): the requests its server has in flight
     (config.server_load), then the canary (config.canary), at most one per config.canary_interval while
     they are answered, and at every look while one is owed an answer (`facts["canary_at"]` remembers
     when the last went out). Either, when it finds requests owed, makes them pending on every engine.
     The samples, and what was learnt."""
-    if not looks_idle(samples, previous):
-        return dict(samples), ""
     pending = 0.0
     note = ""
     key, timeout = config.key, config.timeout

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 
+from .console import emit, tell
 from .errors import StallprobeError
 
 TYPE_CHECKING = False
@@ -64,16 +65,17 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     except StallprobeError as exc:
         message = str(exc)
         if command == "inject":  # its stdout is the manifests: errors go to stderr
-            print(f"stallprobe inject: {message}", file=sys.stderr)
-        elif _wants_json(command, args, env):
-            import json
-
-            from .report import error_fields
-
-            print(json.dumps(error_fields(message, exc.exit_code), sort_keys=True))
+            tell(f"stallprobe inject: {message}")
         else:
-            print(f"error: {message}")
-        sys.stdout.flush()
+            line = f"error: {message}"
+            if _wants_json(command, args, env):
+                import json
+
+                from .report import error_fields
+
+                line = json.dumps(error_fields(message, exc.exit_code), sort_keys=True)
+            if not emit(line):
+                tell(f"error: {message}")
         return exc.exit_code
 
 

@@ -55,6 +55,8 @@ __all__ = [
     "Verdict",
     "assess",
     "assess_engines",
+    "looks_idle",
+    "readiness",
     "replay",
     "step",
 ]
@@ -435,12 +437,15 @@ class EnginesAssessment:
 
     __slots__ = ("engines", "verdict", "worst")
 
-    def __init__(self, engines: dict[str, Assessment]) -> None:
+    def __init__(self, engines: dict[str, Assessment], worst: str | None = None) -> None:
         # Each engine's own assessment, by engine name, in name order.
         self.engines = engines
-        # The engine that speaks for the page: the worst verdict, then the longest stall, then by name.
-        self.worst = max(engines, key=lambda name: (engines[name].verdict.severity, engines[name].stalled_for))
-        self.verdict = engines[self.worst].verdict
+        # The engine that speaks for the page: the worst verdict, then the longest stall, then by name
+        # (or the one named: readiness speaks with the engine that takes the page out of routing).
+        if worst is None:
+            worst = max(engines, key=lambda name: (engines[name].verdict.severity, engines[name].stalled_for))
+        self.worst = worst
+        self.verdict = engines[worst].verdict
 
     @property
     def states(self) -> dict[str, State]:
@@ -472,3 +477,47 @@ def assess_engines(
             for name in sorted(samples)
         }
     )
+
+
+def readiness(result: EnginesAssessment, drain_after: float, *, healthy: bool = True) -> tuple[bool, EnginesAssessment]:
+    """The readiness rule, one for the probe's --ready and watch's /ready: whether the page may take new
+    requests, and the step judged for routing (each engine's verdict with `drain_after` for the window,
+    speaking with the engine that takes the page out of routing, if one does).
+
+    Ready when the engine serves (`healthy`: its health route answered 2xx), no engine is paused (asleep,
+    or stopped for a weight update: it owes nothing, and takes nothing), and none has been busy with no
+    progress, or silent, for `drain_after`. A saturated engine stays ready: it is working, and taking it
+    out would push its load onto the others. A false "not ready" only sends new requests elsewhere for a
+    while (nothing is killed), so the drain window can be far shorter than the liveness window: the load
+    balancer drains a wedged engine long before anyone restarts it.
+    """
+    if not drain_after > 0:
+        raise ValueError(f"drain_after must be > 0 (got {drain_after!r})")
+    engines = {}
+    for name, one in result.engines.items():
+        engines[name] = one
+        if one.verdict is Verdict.SUSPECT or one.verdict is Verdict.STALLED:
+            # The same stall clock, another window: the step's state does not depend on the window.
+            verdict = Verdict.STALLED if one.stalled_for >= drain_after else Verdict.SUSPECT
+            engines[name] = Assessment(verdict, one.state, one.reason, one.stalled_for)
+    out = [name for name in engines if engines[name].verdict is Verdict.STALLED]
+    out += [name for name in engines if engines[name].verdict is Verdict.PAUSED]
+    judged = EnginesAssessment(engines, out[0] if out else None)
+    return healthy and not out, judged
+
+
+def looks_idle(samples: Mapping[str, Sample], previous: Mapping[str, State] | None) -> bool:
+    """Every engine idle to its gauges, and nothing moved since the last look (or a canary is owed an
+    answer): only then can requests be hanging where the gauges do not see them, and only then is an
+    engine asked about them (its server's load, the canary). Never for a busy one."""
+    if not previous or any(sample.running or sample.waiting for sample in samples.values()):
+        return False
+    for name, sample in samples.items():
+        before = previous.get(name)
+        if before is None or not before.last.answered:
+            return False
+        last = before.last
+        moved = (sample.generation, sample.prompt, sample.signals) != (last.generation, last.prompt, last.signals)
+        if moved and not last.pending:
+            return False
+    return True

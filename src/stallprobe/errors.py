@@ -93,8 +93,10 @@ EXIT_MEANINGS = {code: meanings["probe"] for code, meanings in EXIT_TABLE.items(
 
 
 def exit_lines(command: str) -> list[str]:
-    """The exit-code lines of `command`'s --help, from the one table."""
-    return [f"  {code:<4} {meanings[command]}" for code, meanings in EXIT_TABLE.items() if command in meanings]
+    """The exit-code lines of `command`'s --help, from the one table: the code, two spaces, its meaning."""
+    rows = [(str(code), meanings[command]) for code, meanings in EXIT_TABLE.items() if command in meanings]
+    width = max(len(code) for code, _ in rows) + 2
+    return [f"  {code:<{width}}{meaning}" for code, meaning in rows]
 
 
 class StallprobeError(Exception):

@@ -16,16 +16,20 @@ from .report import num
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
+    from typing import ClassVar, TypeVar
+
+    T = TypeVar("T", bound="Settings")
 
 __all__ = [
     "ENGINE_OPTIONS",
     "INJECT",
     "PROBE",
     "WATCH",
+    "EngineSettings",
+    "LookSettings",
     "Option",
-    "Values",
+    "Settings",
     "api_key",
-    "dialect_names",
     "help_lines",
     "parse",
 ]
@@ -58,6 +62,10 @@ DEFAULT_FAILURE_THRESHOLD = 3
 
 # --- readers: (the name to blame, the text given) -> the value, or UsageError
 
+# The largest number a seconds or count flag takes: 10^7 s is 115 days, far past any sane window or
+# timeout, and far under what the system calls take (a socket timeout or a sleep of 10^10 s overflows).
+MAXIMUM = 1e7
+
 
 def positive(name: str, text: str) -> float:
     try:
@@ -65,8 +73,8 @@ def positive(name: str, text: str) -> float:
     except ValueError:
         value = -1.0
     if not 0 < value < float("inf"):  # NaN fails too
-        raise UsageError(f"{name} must be a number > 0 (got {text!r})")
-    return value
+        raise UsageError(f"{name} must be a number > 0 (got {_shown(text)})")
+    return _at_most(name, value, text)
 
 
 def non_negative(name: str, text: str) -> float:
@@ -75,14 +83,21 @@ def non_negative(name: str, text: str) -> float:
     except ValueError:
         value = -1.0
     if not 0 <= value < float("inf"):
-        raise UsageError(f"{name} must be a number >= 0 (got {text!r})")
-    return value
+        raise UsageError(f"{name} must be a number >= 0 (got {_shown(text)})")
+    return _at_most(name, value, text)
 
 
 def count(name: str, text: str) -> int:
-    if not (text.isascii() and text.isdigit() and int(text) >= 1):  # isdigit() alone takes "²"
-        raise UsageError(f"{name} must be a whole number >= 1 (got {text!r})")
-    return int(text)
+    # isdigit() alone takes "²"; the length bounds int()'s work (and its limit on long strings).
+    if not (text.isascii() and text.isdigit() and len(text) <= 20 and int(text) >= 1):
+        raise UsageError(f"{name} must be a whole number >= 1 (got {_shown(text)})")
+    return int(_at_most(name, int(text), text))
+
+
+def _at_most(name: str, value: float, text: str) -> float:
+    if value > MAXIMUM:
+        raise UsageError(f"{name} must be at most {MAXIMUM:.0f} (got {_shown(text)})")
+    return value
 
 
 def switch(name: str, text: str) -> bool:
@@ -160,7 +175,7 @@ class Option:
     """One flag: its metavar ("" for a switch; ending in "..." when it may repeat), how its text is read,
     its default, what it means, and the environment variable the probe also reads it from."""
 
-    __slots__ = ("default", "env", "flag", "help", "key", "metavar", "read", "short", "shown")
+    __slots__ = ("default", "env", "env_shown", "flag", "help", "key", "metavar", "read", "short", "shown")
 
     def __init__(
         self,
@@ -172,6 +187,7 @@ class Option:
         *,
         env: str = "",
         shown: str = "",
+        env_shown: str = "",
         short: str = "",
     ) -> None:
         self.flag = flag
@@ -182,8 +198,10 @@ class Option:
         self.help = help
         self.env = env
         self.short = short  # a one-letter alias (-f)
-        # The default as --help and the README show it.
+        # The default as --help and the README show it; env_shown, for a command that reads the
+        # environment, when the environment can supply it.
         self.shown = shown or ("off" if not metavar else num(default) if isinstance(default, float) else str(default))
+        self.env_shown = env_shown or self.shown
 
     @property
     def is_switch(self) -> bool:
@@ -302,7 +320,7 @@ DRAIN_AFTER = Option(
     "SECONDS",
     positive,
     DEFAULT_DRAIN_AFTER,
-    "with --ready: busy with no progress this long is not ready (taken out of routing)",
+    "readiness: busy with no progress (or silent) this long is not ready, out of routing",
     env="STALLPROBE_DRAIN_AFTER",
 )
 CANARY = Option(
@@ -336,7 +354,8 @@ API_KEY_FILE = Option(
     None,
     "a file holding the API key the routes want (Authorization: Bearer)",
     env="STALLPROBE_API_KEY_FILE",
-    shown="VLLM_API_KEY or LLAMA_API_KEY when set",
+    shown="none",
+    env_shown="VLLM_API_KEY or LLAMA_API_KEY when set",
 )
 
 INTERVAL = Option("--interval", "SECONDS", positive, DEFAULT_INTERVAL, "poll every this long")
@@ -446,6 +465,7 @@ WATCH = (
     COOLDOWN,
     HOOK_TIMEOUT,
     LISTEN,
+    DRAIN_AFTER,
 )
 # The probe's own flags that inject writes into the probes it adds, when given.
 PASSED_ON = (*ENGINE_OPTIONS, CANARY, CANARY_INTERVAL, SERVER_LOAD, API_KEY_FILE)
@@ -470,54 +490,89 @@ INJECT = (
 )
 
 
-class Values:
-    """The parsed value of every option of a command (its default when not given), read by key with the
-    accessor of its type (`values.number("window")`), and which were given (flag or environment)."""
+class Settings:
+    """A command's configuration, filled from the option table: each Option's `key` is the name of the
+    attribute it sets, declared with its type on the command's class, so every use site reads a typed
+    attribute (`config.window`) that mypy checks, and tests/test_options.py checks that every option of
+    a command has its attribute, of the type its reader returns. `given`: the keys of the options given
+    (by flag or environment); `positional`: the arguments that are not options."""
 
-    def __init__(self, values: dict[str, object], given: set[str], positional: list[str]) -> None:
-        self._values = values
-        self.given = given  # keys of the options given
-        self.positional = positional
+    OPTIONS: ClassVar[tuple[Option, ...]] = ()
 
-    def value(self, key: str) -> object:
-        return self._values[key]
+    given: frozenset[str]
+    positional: tuple[str, ...]
 
-    def number(self, key: str) -> float:
-        value = self._values[key]
-        assert isinstance(value, float)
-        return value
+    def __init__(self, **values: object) -> None:
+        """Every option at its default, then `values` (by attribute name; a name no option has is a
+        TypeError, as a wrong keyword is)."""
+        for option in self.OPTIONS:
+            setattr(self, option.key, option.default)
+        self.given = frozenset()
+        self.positional = ()
+        keys = {option.key for option in self.OPTIONS}
+        for key, value in values.items():
+            if key not in keys and not hasattr(type(self), key):
+                raise TypeError(f"{type(self).__name__} has no setting {key!r}")
+            setattr(self, key, value)
 
-    def integer(self, key: str) -> int:
-        value = self._values[key]
-        assert isinstance(value, int)
-        return value
 
-    def flag(self, key: str) -> bool:
-        return bool(self._values[key])
+class EngineSettings(Settings):
+    """How an engine's page is read and judged (ENGINE_OPTIONS): the same for the probe, watch and the
+    probes inject writes."""
 
-    def text(self, key: str) -> str | None:
-        value = self._values[key]
-        assert value is None or isinstance(value, str)
-        return value
+    window: float
+    saturation: float
+    engine: str
+    include_waiting: bool
+    progress_metric: tuple[str, ...]
+    running_metric: str | None
+    waiting_metric: str | None
+    prompt_metric: str | None
+    generation_metric: str | None
+    engine_label: str | None
 
-    def words(self, key: str) -> tuple[str, ...]:
-        value = self._values[key]
-        assert isinstance(value, tuple)
-        return value
+    @property
+    def names(self) -> dict[str, str]:
+        """The family names given to override the engine's own: running, waiting, prompt, generation,
+        and engine_label ("" reads the page as one engine)."""
+        given = {
+            "running": self.running_metric,
+            "waiting": self.waiting_metric,
+            "prompt": self.prompt_metric,
+            "generation": self.generation_metric,
+            "engine_label": self.engine_label,
+        }
+        return {key: name for key, name in given.items() if name is not None}
+
+
+class LookSettings(EngineSettings):
+    """What looking at an engine needs beyond reading its page (observe.py): the deadline, the API key,
+    the questions an idle-looking engine is asked, and the readiness rule's drain window."""
+
+    timeout: float
+    api_key_file: str | None
+    canary: bool
+    canary_interval: float
+    server_load: bool
+    drain_after: float
+    # The API key to send ("" for none): from api_key_file, or (the probe only) the engine's variable.
+    key: str = ""
 
 
 def parse(
     argv: Sequence[str],
-    options: Sequence[Option],
+    into: type[T],
     *,
     environ: Mapping[str, str] | None = None,
     positional: str = "",
-) -> Values | str:
-    """Every option's value, or "help"/"version" when asked. UsageError names a bad flag or value.
+) -> T | str:
+    """The configuration `into` filled from argv (its options are `into.OPTIONS`), or "help"/"version"
+    when asked. UsageError names a bad flag or value.
 
     `environ`: also read each option's environment variable (the flag wins; a list is comma-separated).
     `positional`: the metavar of the positional arguments; "" when the command takes none.
     """
+    options = into.OPTIONS
     by_flag = {option.flag: option for option in options}
     by_flag.update({option.short: option for option in options if option.short})
     raw: dict[str, tuple[str, list[str]]] = {}  # key -> (the name to blame, the texts)
@@ -535,14 +590,14 @@ def parse(
         option = by_flag.get(flag)
         if option is None:
             if arg.startswith("-") and arg != "-":
-                raise UsageError(f"unknown option {arg!r}")
+                raise UsageError(f"unknown option {_shown(arg)}")
             if not positional:
-                raise UsageError(f"unexpected argument {arg!r}")
+                raise UsageError(f"unexpected argument {_shown(arg)}")
             rest.append(arg)
             continue
         if option.is_switch:
             if eq:
-                raise UsageError(f"{flag} takes no value (got {arg!r})")
+                raise UsageError(f"{flag} takes no value (got {_shown(arg)})")
             text = "1"
         elif not eq:
             if i >= len(args):
@@ -559,15 +614,20 @@ def parse(
                 text = environ[option.env]
                 parts = [part.strip() for part in text.split(",") if part.strip()] if option.repeats else [text]
                 raw[option.key] = (option.env, parts)
-    values: dict[str, object] = {}
+    config = into()
     for option in options:
-        if option.key not in raw:
-            values[option.key] = option.default
-            continue
-        name, texts = raw[option.key]
-        read = [option.read(name, text) for text in texts]
-        values[option.key] = tuple(read) if option.repeats else read[0]
-    return Values(values, set(raw), rest)
+        if option.key in raw:
+            name, texts = raw[option.key]
+            read = [option.read(name, text) for text in texts]
+            setattr(config, option.key, tuple(read) if option.repeats else read[0])
+    config.given = frozenset(raw)
+    config.positional = tuple(rest)
+    return config
+
+
+def _shown(text: str) -> str:
+    """An argument as an error line quotes it: repr, cut to 200 characters (a line stays one line)."""
+    return repr(text) if len(text) <= 200 else repr(text[:200]) + "..."
 
 
 # Where an engine's own container keeps its API key: vLLM reads VLLM_API_KEY, llama.cpp's server
@@ -575,10 +635,10 @@ def parse(
 KEY_VARIABLES = ("VLLM_API_KEY", "LLAMA_API_KEY")
 
 
-def api_key(values: Values, environ: Mapping[str, str]) -> str:
-    """The API key to send (`--api-key-file`, else the engine's own variable), "" when there is none.
-    UsageError when the file cannot be read or holds no usable key; the key itself is never shown."""
-    path = values.text("api_key_file")
+def api_key(path: str | None, environ: Mapping[str, str]) -> str:
+    """The API key to send (the file at `path`, else the engine's own variable in `environ`), "" when
+    there is none. UsageError when the file cannot be read or holds no usable key; the key itself is
+    never shown."""
     if path is not None:
         name = "--api-key-file"
         try:
@@ -595,20 +655,6 @@ def api_key(values: Values, environ: Mapping[str, str]) -> str:
     return key
 
 
-def dialect_names(values: Values) -> dict[str, str]:
-    """The family names given to override the engine's own: running, waiting, prompt, generation, and
-    engine_label ("" reads the page as one engine)."""
-    names = {}
-    for key in ("running", "waiting", "prompt", "generation"):
-        name = values.text(f"{key}_metric")
-        if name is not None:
-            names[key] = name
-    label = values.text("engine_label")
-    if label is not None:
-        names["engine_label"] = label
-    return names
-
-
 def help_lines(options: Sequence[Option], *, environment: bool = True) -> list[str]:
     """One line per option for --help: flag and metavar, the environment variable, meaning and default."""
     lines = []
@@ -616,7 +662,8 @@ def help_lines(options: Sequence[Option], *, environment: bool = True) -> list[s
         flag = f"{option.short}, {option.flag}" if option.short else option.flag
         left = f"{flag} {option.metavar}".strip()
         env = f"{option.env:29} " if environment else ""
-        lines.append(f"  {left:27} {env}{option.help} (default {option.shown})")
+        shown = option.env_shown if environment else option.shown
+        lines.append(f"  {left:27} {env}{option.help} (default {shown})")
     pad = " " * 30 if environment else ""
     lines.append(f"  {'-h, --help':27} {pad}show this help and exit")
     return lines

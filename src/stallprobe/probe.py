@@ -7,22 +7,21 @@ detector; errors are raised, and cli.main() turns them into their line and exit 
 
 from __future__ import annotations
 
-import sys
 import time
 
 from . import __version__
-from .detector import Sample, Verdict, assess_engines
-from .errors import EXIT_MEANINGS, ExitCode, ScrapeTimeout
-from .options import PROBE, api_key, dialect_names, help_lines, parse
+from .console import emit, tell
+from .detector import Verdict, assess_engines, readiness
+from .errors import ExitCode, exit_lines
+from .options import PROBE, LookSettings, api_key, help_lines, parse
 from .report import describe, json_fields
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from .detector import EnginesAssessment, State
-    from .engines import Dialect
-    from .options import Values
+    from .detector import EnginesAssessment, Sample, State
+    from .observe import Observation
 
 __all__ = ["Config", "configure", "help_text", "main", "run"]
 
@@ -44,109 +43,56 @@ def help_text() -> str:
         f"  {'--version':27} {'':29} print the version and exit",
         "",
         "exit codes:",
-        *(f"  {code}  {meaning}" for code, meaning in EXIT_MEANINGS.items()),
+        *exit_lines("probe"),
     ]
     return "\n".join(lines)
 
 
-class Config:
-    """What one probe run needs to know, validated."""
+class Config(LookSettings):
+    """What one probe run needs to know, validated: the option table's PROBE selection, then the API key
+    and the state file's path, which depend on the environment."""
 
-    __slots__ = (
-        "canary",
-        "canary_interval",
-        "drain_after",
-        "engine",
-        "include_waiting",
-        "json",
-        "key",
-        "names",
-        "progress",
-        "ready",
-        "saturation",
-        "server_load",
-        "state_file",
-        "timeout",
-        "url",
-        "window",
-    )
+    OPTIONS = PROBE
 
-    def __init__(self, values: Values, environ: Mapping[str, str]) -> None:
-        self.url = values.text("url") or ""
-        self.window = values.number("window")
-        self.timeout = values.number("timeout")
-        self.saturation = values.number("saturation")
-        self.engine = values.text("engine") or "auto"
-        self.include_waiting = values.flag("include_waiting")
-        self.progress = values.words("progress_metric")
-        self.names = dialect_names(values)
-        self.json = values.flag("json")
-        self.canary = values.flag("canary")
-        self.canary_interval = values.number("canary_interval")
-        self.server_load = values.flag("server_load")
-        self.ready = values.flag("ready")
-        self.drain_after = values.number("drain_after")
-        self.key = api_key(values, environ)
-        state_file = values.text("state_file")
-        if state_file is None:
-            from .statefile import default_path
-
-            state_file = default_path(self.url, environ)
-        self.state_file = state_file
+    url: str
+    state_file: str
+    ready: bool
+    json: bool
 
 
 def configure(argv: Sequence[str], environ: Mapping[str, str]) -> Config | str:
     """Every flag and environment variable, validated: a Config, or "help"/"version"."""
-    values = parse(argv, PROBE, environ=environ)
-    return values if isinstance(values, str) else Config(values, environ)
+    config = parse(argv, Config, environ=environ)
+    if isinstance(config, str):
+        return config
+    config.key = api_key(config.api_key_file, environ)
+    if config.state_file is None:
+        from .statefile import default_path
+
+        config.state_file = default_path(config.url, environ)
+    return config
 
 
 def _print(line: str) -> None:
-    print(line)
-    sys.stdout.flush()
+    if not emit(line):
+        # The verdict stands: the kubelet reads the exit code, and a closed stdout says nothing of the engine.
+        tell(f"stallprobe: stdout is closed; the line was: {line}")
 
 
 def run(config: Config) -> int:
     """One probe run: the exit code (OK or STALLED; with --ready, OK or not ready). Every failure is a
     StallprobeError."""
-    from .engines import choose, read_engines
-    from .scrape import fetch
+    from .observe import observe
     from .statefile import load, read_boot_id
 
-    # Readiness judges the same history as liveness (one state file), under its shorter window: the
-    # detector's state does not depend on the window, only its verdict does.
-    window = config.drain_after if config.ready else config.window
     boot_id = read_boot_id()
     facts: dict[str, float] = {}
     previous, why = load(config.state_file, boot_id, facts)
-    try:
-        page = fetch(config.url, config.timeout, key=config.key)
-    except ScrapeTimeout as exc:
-        # A slow answer is not a wedge: no sample, and the stall clock runs from the last answer.
-        now = time.monotonic()
-        silent = {name: Sample(0, 0, 0, now, answered=False) for name in (list(previous) if previous else [""])}
-        result, previous = _save(config, boot_id, previous, silent, facts=facts, window=window)
-        return _report(config, result, previous=previous, why=why, samples={}, dialect=None, silence=str(exc))
     # CLOCK_MONOTONIC is one clock for every process since boot: a wall-clock step cannot fake a
     # stall, and the boot id in the state file catches the one case where it restarts.
-    now = time.monotonic()
-    dialect = choose(page, config.engine, config.names)
-    samples = read_engines(page, now, dialect, config.progress)
-    note = ""
-    if config.canary or config.server_load:
-        from .api import ask_idle, origin
-
-        samples, note = ask_idle(
-            samples, previous, config, base=origin(config.url), dialect=dialect, facts=facts, now=now
-        )
-    result = assess_engines(previous, samples, window, config.saturation, include_waiting=config.include_waiting)
-    if result.verdict in (Verdict.SUSPECT, Verdict.STALLED) and dialect.pause_route:
-        # Asked only now, so a healthy run costs nothing more; no answer is never "paused".
-        from .api import ask_paused, origin
-
-        samples = ask_paused(samples, origin(config.url), dialect.pause_route, config.key) or samples
-    result, previous = _save(config, boot_id, previous, samples, facts=facts, window=window)
-    return _report(config, result, previous=previous, why=why, samples=samples, dialect=dialect, note=note)
+    seen = observe(config.url, config, previous, facts, time.monotonic, readiness=config.ready)
+    result, previous = _save(config, boot_id, previous, seen.samples, facts=facts)
+    return _report(config, result, previous=previous, why=why, seen=seen)
 
 
 def _save(
@@ -156,7 +102,6 @@ def _save(
     samples: dict[str, Sample],
     *,
     facts: dict[str, float],
-    window: float,
 ) -> tuple[EnginesAssessment, dict[str, State] | None]:
     """Judge `samples` and save the next state, under the state file's lock; the assessment and the
     history it was judged against.
@@ -173,12 +118,12 @@ def _save(
         current, _ = load(config.state_file, boot_id, theirs)
         if current is not None and current != previous:
             if not _supersedes(samples, current):
-                return _assess(config, previous, samples, window), previous  # theirs is newer: keep it
+                return _assess(config, previous, samples), previous  # theirs is newer: keep it
             if all(name not in current or sample.t >= current[name].last.t for name, sample in samples.items()):
                 previous = current  # judged against the fresher history (never a clock going back)
             for key, value in theirs.items():
                 facts[key] = max(value, facts.get(key, value))
-        result = _assess(config, previous, samples, window)
+        result = _assess(config, previous, samples)
         save(config.state_file, result.states, boot_id, facts)
     return result, previous
 
@@ -202,10 +147,8 @@ def _supersedes(samples: dict[str, Sample], current: dict[str, State]) -> bool:
     return True
 
 
-def _assess(
-    config: Config, previous: dict[str, State] | None, samples: dict[str, Sample], window: float
-) -> EnginesAssessment:
-    return assess_engines(previous, samples, window, config.saturation, include_waiting=config.include_waiting)
+def _assess(config: Config, previous: dict[str, State] | None, samples: dict[str, Sample]) -> EnginesAssessment:
+    return assess_engines(previous, samples, config.window, config.saturation, include_waiting=config.include_waiting)
 
 
 def _report(
@@ -214,36 +157,29 @@ def _report(
     *,
     previous: dict[str, State] | None,
     why: str,
-    samples: dict[str, Sample],
-    dialect: Dialect | None,
-    silence: str = "",
-    note: str = "",
+    seen: Observation,
 ) -> int:
     """Print the run's one line (or JSON object); its exit code.
 
-    With --ready: ready when serving (the engine's own health route answers 2xx) and not stuck (neither
-    stalled nor paused under --drain-after). A saturated engine stays ready: it is working, and taking it
-    out would push its load onto the others.
+    With --ready, the readiness rule (detector.readiness): ready when the health route answers 2xx and
+    no engine is paused, or busy with no progress (or silent) for --drain-after; the line tells the step
+    as judged for routing, under the drain window.
     """
-    from .engines import precision_note
-
-    window = config.drain_after if config.ready else config.window
-    precision = ""
-    if dialect is not None and result.verdict in (Verdict.SUSPECT, Verdict.STALLED):
-        precision = precision_note(dialect, result.engines[result.worst].state.last)
-    line = describe(result, previous, why, window, precision, silence=silence, note=note)
+    window = config.window
     code = ExitCode.STALLED if result.verdict is Verdict.STALLED else ExitCode.OK
     if config.ready:
-        problem = ""
-        if result.verdict in (Verdict.STALLED, Verdict.PAUSED):
-            problem = line
-        elif dialect is not None:
-            problem = _unhealthy(config, dialect)
-        line, code = (f"not ready: {problem}", ExitCode.STALLED) if problem else (f"ready: {line}", ExitCode.OK)
+        ready, result = readiness(result, config.drain_after, healthy=not seen.health)
+        window = config.drain_after
+        code = ExitCode.OK if ready else ExitCode.STALLED
+    line = describe(result, previous, why, window, _precision(seen, result), silence=seen.silence, note=seen.note)
+    if config.ready:
+        stuck = result.verdict is Verdict.STALLED or result.verdict is Verdict.PAUSED
+        line = f"ready: {line}" if code == ExitCode.OK else f"not ready: {line if stuck else seen.health}"
     if config.json:
         import json  # only on this path: json pulls in re, which the plain line does not need
 
-        fields = json_fields(result, samples, dialect.name if dialect else None, window, line)
+        dialect = seen.dialect.name if seen.dialect else None
+        fields = json_fields(result, seen.samples if not seen.silence else {}, dialect, window, line)
         if config.ready:
             fields["ready"] = code == ExitCode.OK
         line = json.dumps(fields, sort_keys=True)
@@ -251,18 +187,12 @@ def _report(
     return code
 
 
-def _unhealthy(config: Config, dialect: Dialect) -> str:
-    """Why the engine's own health route says it does not serve ("" when it answers 2xx)."""
-    from .api import origin
-    from .errors import ScrapeError
-    from .scrape import exchange, status_error
+def _precision(seen: Observation, result: EnginesAssessment) -> str:
+    if seen.dialect is None or result.verdict not in (Verdict.SUSPECT, Verdict.STALLED):
+        return ""
+    from .engines import precision_note
 
-    url = origin(config.url) + dialect.health_route
-    try:
-        answer = exchange(url, config.timeout, key=config.key, what="health")
-    except ScrapeError as exc:
-        return str(exc)
-    return "" if 200 <= answer.code < 300 else status_error(f"health {url}", answer)
+    return precision_note(seen.dialect, result.engines[result.worst].state.last)
 
 
 def main(argv: Sequence[str], environ: Mapping[str, str]) -> int:

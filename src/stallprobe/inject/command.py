@@ -2,7 +2,7 @@
 
 The same command serves three callers:
 - a person or a pipeline: `stallprobe inject -f deploy.yaml | kubectl apply -f -`; `--check` writes
-  nothing and exits 3 when a run would change something (a CI gate);
+  nothing and exits 6 when a run would change something (a CI gate);
 - Helm's post-renderer: every rendered manifest on stdin, the result on stdout, non-zero on failure;
 - Kustomize's KRM function (exec): a ResourceList on stdin, whose functionConfig carries the options
   (the flags' names without `--`, under `spec` or `data`), the ResourceList back on stdout.
@@ -15,8 +15,8 @@ from __future__ import annotations
 import sys
 
 from .. import __version__
-from ..errors import InjectError
-from ..options import INJECT, PASSED_ON, help_lines, parse
+from ..errors import ExitCode, InjectError, exit_lines
+from ..options import INJECT, PASSED_ON, EngineSettings, help_lines, parse
 from ..report import num
 from .core import Options, configmap, container_fields, inject
 from .decide import Decision
@@ -27,13 +27,9 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Any
 
-    from ..options import Values
 
 __all__ = ["main"]
 
-# --check: a run would change the manifests. Not 1 (that is "stalled" to anyone who reads stallprobe's
-# codes) and not 2 (a usage error).
-CHANGES_PENDING = 3
 KRM_API = "config.kubernetes.io/v1"
 
 DESCRIPTION = """\
@@ -54,25 +50,54 @@ def help_text() -> str:
             "options:",
             *help_lines(INJECT, environment=False),
             "",
-            f"exit codes: 0 written; 2 usage error; {CHANGES_PENDING} with --check: a run would change something",
+            "exit codes:",
+            *exit_lines("inject"),
         ]
     )
 
 
-def _probe_args(values: Values) -> list[str]:
+class InjectConfig(EngineSettings):
+    """Every flag of `stallprobe inject` (the option table's INJECT selection)."""
+
+    OPTIONS = INJECT
+
+    filename: str
+    container: str | None
+    timeout: float
+    api_key_file: str | None
+    canary: bool
+    canary_interval: float
+    server_load: bool
+    period: int
+    failure_threshold: int
+    force: bool
+    state_volume: bool
+    configmap: str
+    pyz: str | None
+    python: str | None
+    drain_after: float
+    startup_budget: float
+    check: bool
+    print_probe: bool
+    port: float | None
+    output: str
+
+
+def _probe_args(config: InjectConfig) -> list[str]:
     """The probe's engine flags that were given, as the probe's command line takes them (--window and
-    --engine are always written, and so are left out here)."""
+    --engine are always written, and so are left out here). Read through the option table, which names
+    each one's attribute."""
     args: list[str] = []
     for option in PASSED_ON:
-        if option.key not in values.given or option.flag in ("--window", "--engine"):
+        if option.key not in config.given or option.flag in ("--window", "--engine"):
             continue
+        value = getattr(config, option.key)
         if option.is_switch:
-            args += [option.flag] if values.flag(option.key) else []
+            args += [option.flag] if value else []
         elif option.repeats:
-            for word in values.words(option.key):
+            for word in value:
                 args += [option.flag, word]
         else:
-            value = values.value(option.key)
             args += [option.flag, num(value) if isinstance(value, float) else (str(value) or "none")]
     return args
 
@@ -88,33 +113,32 @@ def _read(path: str, flag: str, binary: bool) -> str | bytes:
         raise InjectError(f"{flag} {path}: {getattr(exc, 'strerror', None) or exc}") from None
 
 
-def _pyz(values: Values) -> bytes:
-    path = values.text("pyz")
+def _pyz(config: InjectConfig) -> bytes:
+    path = config.pyz
     if path is not None:
         pyz = _read(path, "--pyz", binary=True)
         assert isinstance(pyz, bytes)
         return pyz
     from ..pyz import build
 
-    return build(values.text("python"))
+    return build(config.python)
 
 
-def options_of(values: Values, pyz: bytes) -> Options:
-    engine = values.text("engine")
+def options_of(config: InjectConfig, pyz: bytes) -> Options:
     return Options(
-        configmap=values.text("configmap") or "stallprobe",
-        container=values.text("container"),
-        engine=None if engine == "auto" else engine,
-        window=values.number("window"),
-        timeout=values.number("timeout"),
-        period=values.integer("period"),
-        failure=values.integer("failure_threshold"),
-        force=values.flag("force"),
-        state_volume=values.flag("state_volume"),
+        configmap=config.configmap or "stallprobe",
+        container=config.container,
+        engine=None if config.engine == "auto" else config.engine,
+        window=config.window,
+        timeout=config.timeout,
+        period=config.period,
+        failure=config.failure_threshold,
+        force=config.force,
+        state_volume=config.state_volume,
         pyz=pyz,
-        probe_args=_probe_args(values),
-        startup_budget=values.number("startup_budget"),
-        drain_after=values.number("drain_after") if "drain_after" in values.given else None,
+        probe_args=_probe_args(config),
+        startup_budget=config.startup_budget,
+        drain_after=config.drain_after if "drain_after" in config.given else None,
     )
 
 
@@ -143,14 +167,14 @@ def _krm_args(config: Any) -> list[str]:
     return argv
 
 
-def _print_probe(values: Values) -> int:
-    engine = values.text("engine")
-    port = values.value("port")
-    if engine in (None, "auto") or not isinstance(port, float):
+def _print_probe(config: InjectConfig) -> int:
+    engine = config.engine
+    port = config.port
+    if engine == "auto" or port is None:
         raise InjectError("--print-probe needs --engine (vllm, sglang or llamacpp) and --port")
-    if values.text("output") not in ("yaml", "json"):
-        raise InjectError(f"--output must be yaml or json (got {values.text('output')!r})")
-    options = options_of(values, _pyz(values))
+    if config.output not in ("yaml", "json"):
+        raise InjectError(f"--output must be yaml or json (got {config.output!r})")
+    options = options_of(config, _pyz(config))
     loopback = engine != "vllm"  # SGLang and llama.cpp bind loopback unless told otherwise
     decision = Decision(
         "probe", engine=engine, port=int(port), startup=True, loopback=loopback, readiness="added", liveness="added"
@@ -162,7 +186,7 @@ def _print_probe(values: Values) -> int:
     if options.state_volume:
         volumes.append({"name": "stallprobe-state", "emptyDir": {"sizeLimit": "1Mi"}})
     whole = {"container": fields, "volumes": volumes, "configMap": configmap(options.configmap, None, options.pyz)}
-    if values.text("output") == "json":
+    if config.output == "json":
         import json
 
         print(json.dumps(whole, indent=2))
@@ -179,13 +203,13 @@ def _print_probe(values: Values) -> int:
 
 def main(argv: Sequence[str]) -> int:
     """`stallprobe inject ...`: the manifests to stdout, the log to stderr; the exit code."""
-    values = parse(argv, INJECT)
-    if isinstance(values, str):
-        print(help_text() if values == "help" else f"stallprobe {__version__}")
+    config = parse(argv, InjectConfig)
+    if isinstance(config, str):
+        print(help_text() if config == "help" else f"stallprobe {__version__}")
         return 0
-    if values.flag("print_probe"):
-        return _print_probe(values)
-    filename = values.text("filename") or "-"
+    if config.print_probe:
+        return _print_probe(config)
+    filename = config.filename or "-"
     text = sys.stdin.read() if filename == "-" else _read(filename, "-f", binary=False)
     assert isinstance(text, str)
     manifests = read_documents(text)
@@ -196,19 +220,19 @@ def main(argv: Sequence[str]) -> int:
     )
     if krm:
         resource_list = manifests.docs[0]
-        values = parse([*_krm_args(resource_list.get("functionConfig")), *argv], INJECT)
-        assert not isinstance(values, str)
+        config = parse([*_krm_args(resource_list.get("functionConfig")), *argv], InjectConfig)
+        assert not isinstance(config, str)
         items = list(resource_list.get("items") or [])
-        items, log, changed = inject(items, options_of(values, _pyz(values)))
+        items, log, changed = inject(items, options_of(config, _pyz(config)))
         resource_list["items"] = items
         out = Manifests(manifests.form, [resource_list], manifests.texts, manifests.indents)
         changed = {0} if changed else set()
     else:
-        docs, log, changed = inject(manifests.docs, options_of(values, _pyz(values)))
+        docs, log, changed = inject(manifests.docs, options_of(config, _pyz(config)))
         out = Manifests(manifests.form, docs, manifests.texts, manifests.indents)
     for line in log:
         print(f"stallprobe inject: {line}", file=sys.stderr)
-    if values.flag("check"):
-        return CHANGES_PENDING if changed else 0
+    if config.check:
+        return ExitCode.CHANGES if changed else ExitCode.OK
     write_documents(out, changed, sys.stdout)
     return 0

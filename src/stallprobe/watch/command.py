@@ -15,8 +15,9 @@ import sys
 import threading
 import time
 
-from ..errors import ExitCode, UsageError
-from ..options import WATCH, api_key, dialect_names, help_lines, parse, url
+from ..console import tell
+from ..errors import ExitCode, UsageError, exit_lines
+from ..options import WATCH, api_key, help_lines, parse, url
 from .hooks import HOOK_FLAGS
 from .poll import Watch, WatchConfig
 from .view import Output, once_code
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from types import FrameType
 
-    from ..options import Values
+    from .poll import Row
     from .serve import Board
 
 __all__ = ["configure", "help_text", "main"]
@@ -57,20 +58,8 @@ one engine), STALLPROBE_VERDICT and STALLPROBE_MESSAGE in its environment. It ru
 its output discarded but for the last line of a failure, and is killed after --hook-timeout.
 {_DRAIN}"""
 
-# What each exit code means for watch (errors.EXIT_MEANINGS says what it means for the probe).
-EXIT_MEANINGS = {
-    ExitCode.OK: "interrupted with Ctrl-C (or SIGTERM); with --once, every endpoint alive",
-    ExitCode.STALLED: "--once: an engine is stalled (the stall clock can only run one interval, so only when\n"
-    "--window <= --interval; the probe with its state file is the tool for cron)",
-    ExitCode.USAGE: "usage error: a flag or URL is invalid",
-    ExitCode.SCRAPE: "--once: an endpoint could not be scraped (and none stalled)",
-    ExitCode.METRICS: "--once: an endpoint is not a metrics page (and none stalled)",
-    ExitCode.INTERRUPTED: "--once interrupted before its second poll",
-}
-
 
 def help_text() -> str:
-    exits = [f"  {code:<4} {meaning}".replace("\n", "\n       ") for code, meaning in EXIT_MEANINGS.items()]
     lines = [
         USAGE,
         "",
@@ -84,7 +73,7 @@ def help_text() -> str:
         f"  {'--version':27} print the version and exit",
         "",
         "exit codes:",
-        *exits,
+        *exit_lines("watch"),
     ]
     return "\n".join(lines)
 
@@ -94,56 +83,39 @@ def configure(argv: Sequence[str], environ: Mapping[str, str]) -> WatchConfig | 
 
     `environ` is the environment the hooks will get; no flag is read from it.
     """
-    values = parse(argv, WATCH, positional="URL")
-    if isinstance(values, str):
-        return values
-    urls = values.positional
+    config = parse(argv, WatchConfig, positional="URL")
+    if isinstance(config, str):
+        return config
+    urls = config.positional
     if not urls:
         raise UsageError("at least one URL is required")
     for text in urls:
         url("URL", text)
         if urls.count(text) > 1:
             raise UsageError(f"URL {text!r} given {urls.count(text)} times")
-    hooks = {}
-    for kind, flag in HOOK_FLAGS.items():
-        words = values.words(flag[2:].replace("-", "_"))
+    config.urls = urls
+    for kind, words in config.hooks.items():
         # Checked now, with the PATH the hook will get: a typo found during an incident is found too late.
-        if words and shutil.which(words[0], path=environ.get("PATH", os.defpath)) is None:
+        if shutil.which(words[0], path=environ.get("PATH", os.defpath)) is None:
             import shlex
 
+            flag = HOOK_FLAGS[kind]
             raise UsageError(f"{flag}: no executable {words[0]!r} on PATH (got {shlex.join(words)!r})")
-        hooks[kind] = words
-    return WatchConfig(
-        urls,
-        interval=values.number("interval"),
-        window=values.number("window"),
-        timeout=values.number("timeout"),
-        engine=values.text("engine") or "auto",
-        include_waiting=values.flag("include_waiting"),
-        saturation=values.number("saturation"),
-        progress=values.words("progress_metric"),
-        names=dialect_names(values),
-        once=values.flag("once"),
-        json=values.flag("json"),
-        hooks=hooks,
-        cooldown=values.number("cooldown"),
-        hook_timeout=values.number("hook_timeout"),
-        listen=_listen(values),
-        canary=values.flag("canary"),
-        canary_interval=values.number("canary_interval"),
-        server_load=values.flag("server_load"),
-        # The key from --api-key-file only: a watch is not in the engine's container, and reads no
-        # environment variables.
-        key=api_key(values, {}),
-    )
+    # The key from --api-key-file only: a watch is not in the engine's container, and reads no
+    # environment variables.
+    config.key = api_key(config.api_key_file, {})
+    return config
 
 
-def _listen(values: Values) -> tuple[str, int] | None:
-    value = values.value("listen")
-    if value is None:
-        return None
-    assert isinstance(value, tuple)
-    return str(value[0]), int(value[1])
+class _OutputGone(Exception):
+    """stdout's reader went away (`| head`), or stdout was closed."""
+
+
+def _show(output: Output, rows: Sequence[Row]) -> None:
+    try:
+        output.show(rows)
+    except (OSError, ValueError):  # a pipe with no reader, a closed descriptor or file
+        raise _OutputGone from None
 
 
 def _run(watch: Watch, output: Output, board: Board | None) -> int:
@@ -153,15 +125,25 @@ def _run(watch: Watch, output: Output, board: Board | None) -> int:
         watch.poll()
         time.sleep(max(0.0, started + interval - time.monotonic()))
         rows = watch.poll()
-        output.show(rows)
         watch.runner.wait()
-        return once_code(rows)
+        try:
+            _show(output, rows)
+        except _OutputGone:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # nothing left to flush at exit
+        return once_code(rows)  # the verdicts make the code, whether or not anyone read them
     next_at = time.monotonic()
     while True:
         rows = watch.poll()
         if board is not None:
             board.update(rows)
-        output.show(rows)
+        try:
+            _show(output, rows)
+        except _OutputGone:
+            if board is None:
+                raise
+            # Its reader went away, but the load balancers still ask /ready: serve on, and show nothing.
+            tell("stallprobe watch: stdout is closed; serving /metrics and /ready on, without output")
+            output = Output(watch.config, open(os.devnull, "w"))  # noqa: SIM115 - as long as the watch
         next_at += interval
         delay = next_at - time.monotonic()
         if delay > 0:
@@ -190,7 +172,8 @@ def main(argv: Sequence[str], environ: Mapping[str, str]) -> int:
         return ExitCode.OK
     assert isinstance(config, WatchConfig)
     watch = Watch(config, environ)
-    output = Output(config, sys.stdout)
+    # Started with stdout closed (a service that only serves --listen): nothing to show it on.
+    output = Output(config, sys.stdout if sys.stdout is not None else open(os.devnull, "w"))  # noqa: SIM115
     board = server = None
     if config.listen is not None:
         from .serve import Board, listen
@@ -210,9 +193,10 @@ def main(argv: Sequence[str], environ: Mapping[str, str]) -> int:
         return _run(watch, output, board)
     except KeyboardInterrupt:
         return ExitCode.INTERRUPTED if config.once else ExitCode.OK
-    except BrokenPipeError:
-        # The reader went away (`| head`): nothing more to say, and nothing to flush at exit.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except _OutputGone:
+        # The reader went away (`| head`), or stdout was closed: nothing more to say, and nothing to flush
+        # at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
         return ExitCode.OK
     finally:
         try:

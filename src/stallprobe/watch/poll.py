@@ -19,12 +19,12 @@ from __future__ import annotations
 import threading
 import time
 
-from ..detector import DEFAULT_SATURATION, DEFAULT_WINDOW, EnginesAssessment, Sample, Verdict, assess_engines
-from ..engines import choose, precision_note, read_engines
-from ..errors import ExitCode, MetricsError, ScrapeError, ScrapeTimeout, StallprobeError
-from ..options import DEFAULT_CANARY_INTERVAL, DEFAULT_COOLDOWN, DEFAULT_HOOK_TIMEOUT, DEFAULT_INTERVAL, DEFAULT_TIMEOUT
+from ..detector import EnginesAssessment, Verdict, assess_engines, readiness
+from ..engines import precision_note
+from ..errors import ExitCode, ScrapeError, StallprobeError
+from ..observe import budget, observe, silent
+from ..options import WATCH, LookSettings
 from ..report import ERROR, UNREACHABLE, describe, note, num, secs
-from ..scrape import fetch
 from .hooks import Memory, consider
 from .runner import Runner
 
@@ -34,84 +34,42 @@ if TYPE_CHECKING:
 
     from ..detector import Assessment, State
     from ..engines import Dialect
+    from ..observe import Observation
 
 __all__ = ["Row", "Watch", "WatchConfig"]
 
-# The scrape's own deadline covers connect to last byte; this covers reading the page and a thread start.
+# Each exchange's own deadline covers connect to last byte; this covers reading the page and a thread start.
 _GRACE = 1.0
 
 
-class WatchConfig:
-    """Every flag of `stallprobe watch`, validated; the defaults are the option table's."""
+class WatchConfig(LookSettings):
+    """Every flag of `stallprobe watch` (the option table's WATCH selection), and the URLs it polls.
 
-    __slots__ = (
-        "canary",
-        "canary_interval",
-        "cooldown",
-        "engine",
-        "hook_timeout",
-        "hooks",
-        "include_waiting",
-        "interval",
-        "json",
-        "key",
-        "listen",
-        "names",
-        "once",
-        "progress",
-        "saturation",
-        "server_load",
-        "timeout",
-        "urls",
-        "window",
-    )
+    `WatchConfig(urls, window=2)` gives the option table's defaults for the rest (tests and benchmarks
+    build one so); `command.configure` fills one from a command line.
+    """
 
-    def __init__(
-        self,
-        urls: Sequence[str],
-        *,
-        interval: float = DEFAULT_INTERVAL,
-        window: float = DEFAULT_WINDOW,
-        timeout: float = DEFAULT_TIMEOUT,
-        engine: str = "auto",
-        include_waiting: bool = False,
-        saturation: float = DEFAULT_SATURATION,
-        progress: Sequence[str] = (),
-        names: Mapping[str, str] | None = None,
-        once: bool = False,
-        json: bool = False,
-        hooks: Mapping[str, Sequence[str]] | None = None,
-        cooldown: float = DEFAULT_COOLDOWN,
-        hook_timeout: float = DEFAULT_HOOK_TIMEOUT,
-        key: str = "",
-        listen: tuple[str, int] | None = None,
-        canary: bool = False,
-        canary_interval: float = DEFAULT_CANARY_INTERVAL,
-        server_load: bool = False,
-    ) -> None:
+    OPTIONS = WATCH
+
+    interval: float
+    once: bool
+    json: bool
+    on_stalled: tuple[str, ...]
+    on_saturated: tuple[str, ...]
+    cooldown: float
+    hook_timeout: float
+    listen: tuple[str, int] | None
+    urls: tuple[str, ...] = ()
+
+    def __init__(self, urls: Sequence[str] = (), **values: object) -> None:
+        super().__init__(**values)
         self.urls = tuple(urls)
-        self.interval = interval
-        self.window = window
-        self.timeout = timeout
-        self.engine = engine
-        self.include_waiting = include_waiting
-        self.saturation = saturation
-        # Extra progress signals (--progress-metric), and the family names that override the engine's own
-        # (options.dialect_names: running, waiting, prompt, generation, engine_label).
-        self.progress = tuple(progress)
-        self.names = dict(names or {})
-        self.once = once
-        self.json = json
-        # The hooks given (--on-stalled, --on-saturated): the verdict each runs for -> its argv.
-        self.hooks = {kind: tuple(argv) for kind, argv in (hooks or {}).items() if argv}
-        self.cooldown = cooldown
-        self.hook_timeout = hook_timeout
-        self.key = key  # the API key to send (--api-key-file), "" for none
-        self.listen = listen  # where to serve /metrics and /ready (--listen), None: nowhere
-        # As the probe's: ask an idle-looking engine its in-flight requests, or send it the canary.
-        self.canary = canary
-        self.canary_interval = canary_interval
-        self.server_load = server_load
+
+    @property
+    def hooks(self) -> dict[str, tuple[str, ...]]:
+        """The hooks given (--on-stalled, --on-saturated): the verdict each runs for -> its argv."""
+        given = {Verdict.STALLED.value: self.on_stalled, Verdict.SATURATED.value: self.on_saturated}
+        return {kind: argv for kind, argv in given.items() if argv}
 
 
 class Row:
@@ -129,6 +87,8 @@ class Row:
         "name",
         "note",
         "prompt_rate",
+        "ready",
+        "ready_message",
         "running",
         "stalled_for",
         "time",
@@ -154,6 +114,8 @@ class Row:
         stalled_for: float = 0.0,
         error: str | None = None,
         note: str = "",
+        ready: bool = False,
+        ready_message: str = "",
     ) -> None:
         self.url = url
         self.name = name  # the engine's name on the page ("" for one unlabelled engine, or the endpoint)
@@ -169,22 +131,26 @@ class Row:
         self.stalled_for = stalled_for
         self.error = error
         self.note = note  # the short why, for the table
+        # The readiness rule (detector.readiness, the probe's --ready): whether the endpoint may take new
+        # requests, and the line that says why (what /ready answers).
+        self.ready = ready
+        self.ready_message = ready_message or message
         self.held_for = 0.0  # seconds this verdict has held, as seen by this watch
         self.time = 0.0  # the poll's wall-clock time (for the JSON lines only: every clock here is monotonic)
         self.hook = ""  # what the hooks did for this engine
 
 
 class _Scrape:
-    """One scrape and read of a page, in a thread of its own; `done` is set when it has an outcome."""
+    """One look at an endpoint (observe.observe), in a thread of its own; `done` is set when it has an
+    outcome."""
 
     def __init__(
         self, url: str, config: WatchConfig, previous: dict[str, State] | None, facts: dict[str, float]
     ) -> None:
         self.started = time.monotonic()
         self.done = threading.Event()
-        self.outcome: tuple[Dialect, dict[str, Sample]] | StallprobeError | None = None
+        self.outcome: Observation | StallprobeError | None = None
         self.facts = dict(facts)  # the endpoint's own (when its last canary went out), for this thread
-        self.note = ""  # what the canary or the server's load said
         thread = threading.Thread(target=self._run, args=(url, config, previous), name=f"scrape {url}", daemon=True)
         thread.start()
 
@@ -192,40 +158,14 @@ class _Scrape:
         # Anything a hostile page or host makes the library raise stays on this endpoint's row: one
         # endpoint must never take the view of the others down.
         try:
-            try:
-                page = fetch(url, config.timeout, key=config.key)
-            except StallprobeError:
-                raise
-            except Exception as exc:  # e.g. UnicodeError from a host the IDNA codec refuses
-                raise ScrapeError(f"scrape {url}: {exc}") from None
-            now = time.monotonic()
-            try:
-                # Read as the probe reads it (probe.run): the same engine, names and extra signals.
-                dialect = choose(page, config.engine, config.names)
-                samples = read_engines(page, now, dialect, config.progress)
-            except StallprobeError:
-                raise
-            except Exception as exc:
-                raise MetricsError(f"unreadable page: {exc}") from None
-            if config.canary or config.server_load:
-                from ..api import ask_idle, origin
-
-                samples, self.note = ask_idle(
-                    samples, previous, config, base=origin(url), dialect=dialect, facts=self.facts, now=now
-                )
-            if dialect.pause_route and previous:
-                # As the probe does: an engine that would be suspect or stalled is asked whether its
-                # operator paused it (here, off the poll's thread: a wedged core never answers).
-                would = assess_engines(
-                    previous, samples, config.window, config.saturation, include_waiting=config.include_waiting
-                )
-                if would.verdict in (Verdict.SUSPECT, Verdict.STALLED):
-                    from ..api import ask_paused, origin
-
-                    samples = ask_paused(samples, origin(url), dialect.pause_route, config.key) or samples
-            self.outcome = (dialect, samples)
+            # The probe's look (page, idle questions, paused, health), off the poll's thread: a wedged
+            # core never answers /is_paused, and a dead host may never answer at all.
+            readiness = config.listen is not None  # the health route: asked only when /ready is served
+            self.outcome = observe(url, config, previous, self.facts, time.monotonic, readiness=readiness)
         except StallprobeError as exc:
             self.outcome = exc
+        except Exception as exc:  # e.g. UnicodeError from a host the IDNA codec refuses
+            self.outcome = ScrapeError(f"scrape {url}: {exc}")
         finally:
             self.done.set()
 
@@ -256,7 +196,7 @@ class Watch:
         for endpoint in self.endpoints:
             if endpoint.pending is None:
                 endpoint.pending = _Scrape(endpoint.url, self.config, endpoint.states, endpoint.facts)
-        deadline = time.monotonic() + self.config.timeout + _GRACE
+        deadline = time.monotonic() + budget(self.config, readiness=self.config.listen is not None) + _GRACE
         for endpoint in self.endpoints:
             if endpoint.pending is not None:
                 endpoint.pending.done.wait(max(0.0, deadline - time.monotonic()))
@@ -294,75 +234,64 @@ class Watch:
         scrape = endpoint.pending
         if scrape is None or not scrape.done.is_set():
             started = scrape.started if scrape else now
-            silence = (
+            why = (
                 f"scrape {endpoint.url}: no answer within {num(self.config.timeout)} s; "
                 f"still waiting after {secs(now - started)} s (is its host name resolving?)"
             )
-            return self._silent(endpoint, now, silence)
+            return self._rows(endpoint, silent(endpoint.states, now, why), "")
         endpoint.pending = None
-        outcome = scrape.outcome
-        if isinstance(outcome, ScrapeTimeout):
-            return self._silent(endpoint, now, str(outcome))
-        if outcome is None or isinstance(outcome, StallprobeError):
-            return [_failure(endpoint.url, outcome or ScrapeError(f"scrape {endpoint.url}: no outcome"))]
-        dialect, samples = outcome
-        endpoint.facts = scrape.facts
+        seen = scrape.outcome
+        if seen is None or isinstance(seen, StallprobeError):
+            return [_failure(endpoint.url, seen or ScrapeError(f"scrape {endpoint.url}: no outcome"))]
         fresh = ""
-        if endpoint.dialect is None or dialect.name != endpoint.dialect.name:
-            # The first poll, or another engine answers on this URL now: no history to compare with.
-            fresh = "first poll" if endpoint.dialect is None else f"now a {dialect.name} page"
-            endpoint.states = None
-            endpoint.dialect = dialect
-        previous = endpoint.states
+        if seen.dialect is not None:
+            endpoint.facts = scrape.facts
+            if endpoint.dialect is None or seen.dialect.name != endpoint.dialect.name:
+                # The first poll, or another engine answers on this URL now: no history to compare with.
+                fresh = "first poll" if endpoint.dialect is None else f"now a {seen.dialect.name} page"
+                endpoint.states = None
+                endpoint.dialect = seen.dialect
+        return self._rows(endpoint, seen, fresh)
+
+    def _rows(self, endpoint: _Endpoint, seen: Observation, fresh: str) -> list[Row]:
+        """Judge what the look saw against the endpoint's history, as the probe judges its page (and its
+        readiness, as the probe's --ready does): one row per engine."""
         config = self.config
+        previous = endpoint.states
         result = assess_engines(
-            previous, samples, config.window, config.saturation, include_waiting=config.include_waiting
+            previous, seen.samples, config.window, config.saturation, include_waiting=config.include_waiting
         )
         endpoint.states = result.states
+        ready, routing = readiness(result, config.drain_after, healthy=not seen.health)
+        dialect = seen.dialect or endpoint.dialect
         several = len(result.engines) > 1
-        return [
-            _engine_row(
-                endpoint.url,
-                dialect,
-                name,
-                one,
-                previous=previous,
-                fresh=fresh,
-                several=several,
-                window=config.window,
-                learnt=scrape.note,
-            )
-            for name, one in result.engines.items()
-        ]
-
-    def _silent(self, endpoint: _Endpoint, now: float, silence: str) -> list[Row]:
-        """An endpoint that gave no answer in time, judged as the probe judges it: no sample, and the
-        stall clock runs from the last answer (a slow answer is not a wedge; silence for a window is)."""
-        previous = endpoint.states
-        names = list(previous) if previous else [""]
-        silent = {name: Sample(0, 0, 0, now, answered=False) for name in names}
-        result = assess_engines(previous, silent, self.config.window, self.config.saturation)
-        endpoint.states = result.states
-        prefix = f"scrape {endpoint.url}: "
-        why = silence[len(prefix) :] if silence.startswith(prefix) else silence
         rows = []
         for name, one in result.engines.items():
-            message = describe(EnginesAssessment({name: one}), previous, "", self.config.window, silence=silence)
-            code = ExitCode.STALLED if one.verdict is Verdict.STALLED else ExitCode.OK
-            rows.append(
-                Row(
-                    endpoint.url,
-                    name,
-                    one.verdict.value,
-                    int(code),
-                    message,
-                    engine=name if len(names) > 1 else None,
-                    dialect=endpoint.dialect.name if endpoint.dialect else None,
-                    stalled_for=one.stalled_for,
-                    note=f"{why}; nothing answered for {secs(one.stalled_for)} s",
-                )
+            row = _engine_row(endpoint.url, dialect, name, one, previous=previous, fresh=fresh, several=several,
+                              window=config.window, seen=seen)  # fmt: skip
+            row.ready = ready
+            row.ready_message = _ready_line(
+                routing, seen, previous=previous, fresh=fresh, drain_after=config.drain_after, ready=ready
             )
+            rows.append(row)
         return rows
+
+
+def _ready_line(
+    routing: EnginesAssessment,
+    seen: Observation,
+    *,
+    previous: Mapping[str, State] | None,
+    fresh: str,
+    drain_after: float,
+    ready: bool,
+) -> str:
+    """What /ready answers for the endpoint: the probe's --ready line."""
+    line = describe(routing, previous, fresh, drain_after, silence=seen.silence, note=seen.note)
+    if ready:
+        return f"ready: {line}"
+    stuck = routing.verdict is Verdict.STALLED or routing.verdict is Verdict.PAUSED
+    return f"not ready: {line if stuck else seen.health}"
 
 
 def _failure(url: str, exc: StallprobeError) -> Row:
@@ -371,12 +300,13 @@ def _failure(url: str, exc: StallprobeError) -> Row:
     text = str(exc)
     prefix = f"scrape {url}: "
     why = text[len(prefix) :] if text.startswith(prefix) else text
-    return Row(url, "", verdict, int(exc.exit_code), f"{verdict}: {text}", error=text, note=why)
+    line = f"{verdict}: {text}"
+    return Row(url, "", verdict, int(exc.exit_code), line, error=text, note=why, ready_message=f"not ready: {line}")
 
 
 def _engine_row(
     url: str,
-    dialect: Dialect,
+    dialect: Dialect | None,
     name: str,
     one: Assessment,
     *,
@@ -384,30 +314,41 @@ def _engine_row(
     fresh: str,
     several: bool,
     window: float,
-    learnt: str = "",
+    seen: Observation,
 ) -> Row:
     sample = one.state.last
     before = previous.get(name) if previous else None
+    code = int(ExitCode.STALLED if one.verdict is Verdict.STALLED else ExitCode.OK)
+    dialect_name = dialect.name if dialect else None
+    engine = name if several else None
+    if seen.silence:
+        prefix = f"scrape {url}: "
+        why = seen.silence[len(prefix) :] if seen.silence.startswith(prefix) else seen.silence
+        message = describe(EnginesAssessment({name: one}), previous, "", window, silence=seen.silence)
+        note_text = f"{why}; nothing answered for {secs(one.stalled_for)} s"
+        return Row(url, name, one.verdict.value, code, message, engine=engine, dialect=dialect_name,
+                   stalled_for=one.stalled_for, note=note_text)  # fmt: skip
     prompt_rate = generation_rate = None
     if before is not None and one.verdict is not Verdict.BASELINE and sample.t > before.last.t:
         elapsed = sample.t - before.last.t
         prompt_rate = (sample.prompt - before.last.prompt) / elapsed
         generation_rate = (sample.generation - before.last.generation) / elapsed
-    precision = precision_note(dialect, sample) if one.verdict in (Verdict.SUSPECT, Verdict.STALLED) else ""
+    stuck = one.verdict in (Verdict.SUSPECT, Verdict.STALLED)
+    precision = precision_note(dialect, sample) if dialect is not None and stuck else ""
     # describe() says why a baseline was taken; `fresh` (why there is no history at all) comes first.
-    message = describe(EnginesAssessment({name: one}), previous, fresh, window, precision, note=learnt)
+    message = describe(EnginesAssessment({name: one}), previous, fresh, window, precision, note=seen.note)
     return Row(
         url,
         name,
         one.verdict.value,
-        int(ExitCode.STALLED if one.verdict is Verdict.STALLED else ExitCode.OK),
+        code,
         message,
-        engine=name if several else None,
-        dialect=dialect.name,
+        engine=engine,
+        dialect=dialect_name,
         running=sample.running,
         waiting=sample.waiting,
         prompt_rate=prompt_rate,
         generation_rate=generation_rate,
         stalled_for=one.stalled_for,
-        note="; ".join(part for part in (note(one, before, previous, fresh, precision), learnt) if part),
+        note="; ".join(part for part in (note(one, before, previous, fresh, precision), seen.note) if part),
     )

@@ -4,9 +4,12 @@
   verdict (a gauge per verdict, 1 for the current one), the seconds its stall clock has run, tokens per
   second since the previous poll, running and waiting requests; per endpoint, the polls that got no
   usable page (a counter). Names follow Prometheus's conventions (`promtool check metrics` is clean).
-- `GET /ready?url=URL` (the URL as given to watch): 200 when every engine of that endpoint works, 503
-  when one is stalled or the endpoint could not be read, 404 for a URL the watch does not poll. An
-  HAProxy or nginx active health check polls it to take a wedged engine out of rotation.
+- `GET /ready?url=URL` (the URL as given to watch): the readiness rule the probe's --ready keeps
+  (detector.readiness): 200 when the engine's health route answers 2xx and no engine of that endpoint is
+  paused or has been busy with no progress (or silent) for --drain-after; 503 otherwise, and when the
+  endpoint could not be read; 404 for a URL the watch does not poll. The body is the probe's --ready
+  line. An HAProxy or nginx active health check polls it, one check per server, to take a wedged engine
+  out of rotation long before --on-stalled (the liveness window) restarts it.
 
 The server never slows the polling: it runs in threads of its own and reads a snapshot that each poll
 replaces whole. It is bounded: at most MAX_CLIENTS connections at once (others get 503 and are closed),
@@ -21,7 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 from ..detector import Verdict
-from ..report import ENDPOINT_VERDICTS, ERROR, UNREACHABLE
+from ..report import ENDPOINT_VERDICTS
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -41,7 +44,6 @@ MAX_CLIENTS = 64
 # A health checker sends its request at once; a client silent this long is gone or hostile.
 CLIENT_TIMEOUT = 5.0
 VERDICTS = (*(verdict.value for verdict in Verdict), *ENDPOINT_VERDICTS)
-NOT_READY = frozenset((Verdict.STALLED.value, UNREACHABLE, ERROR))
 
 
 class Board:
@@ -86,6 +88,8 @@ def render_metrics(board: Board) -> bytes:
     family("stallprobe_engine_verdict", "gauge", "1 for the verdict the engine has now, 0 for the others.")
     for row in rows:
         lines.extend(f"stallprobe_engine_verdict{labels(row, verdict=v)} {int(row.verdict == v)}" for v in VERDICTS)
+    family("stallprobe_engine_ready", "gauge", "1 when the engine may take new requests (the readiness rule), else 0.")
+    lines.extend(f"stallprobe_engine_ready{labels(row)} {int(row.ready)}" for row in rows)
     family("stallprobe_engine_stalled_seconds", "gauge", "Seconds the engine's stall clock has run (0: not running).")
     lines.extend(f"stallprobe_engine_stalled_seconds{labels(row)} {row.stalled_for:.3f}" for row in rows)
     family("stallprobe_engine_tokens_per_second", "gauge", "Tokens per second since the previous poll, by kind.")
@@ -159,8 +163,8 @@ class _Handler(BaseHTTPRequestHandler):
         if not mine:
             self._answer(404, b"unknown endpoint: not one this watch polls (or no poll yet)\n")
             return
-        body = "".join(f"{row.message}\n" for row in mine).encode("utf-8", "replace")
-        self._answer(503 if any(row.verdict in NOT_READY for row in mine) else 200, body)
+        body = "".join(f"{row.ready_message}\n" for row in mine).encode("utf-8", "replace")
+        self._answer(200 if all(row.ready for row in mine) else 503, body)
 
     def _answer(self, code: int, body: bytes, content_type: str = "text/plain; charset=utf-8") -> None:
         self.send_response(code)

@@ -20,8 +20,9 @@ if TYPE_CHECKING:
 __all__ = ["Output", "endpoint_name", "line", "once_code", "row_json", "table"]
 
 # The verdict comes right after the endpoint, so that a narrow terminal cuts the numbers, never the verdict.
-_HEADINGS = ("ENDPOINT", "ENGINE", "VERDICT", "HELD", "RUNNING", "WAITING", "PROMPT/S", "GEN/S", "NOTE")
-_RIGHT = frozenset((3, 4, 5, 6, 7))
+# READY is the readiness rule's (what /ready answers): "out" once a load balancer should drain the engine.
+_HEADINGS = ("ENDPOINT", "ENGINE", "VERDICT", "READY", "HELD", "RUNNING", "WAITING", "PROMPT/S", "GEN/S", "NOTE")
+_RIGHT = frozenset((4, 5, 6, 7, 8))
 
 
 def _rate(value: float | None) -> str:
@@ -57,6 +58,7 @@ def table(rows: Sequence[Row], config: WatchConfig, width: int = 0, height: int 
             endpoint_name(row.url),
             row.engine if row.engine is not None else "-",
             row.verdict,
+            "yes" if row.ready else "out",
             duration(row.held_for),
             _count(row.running),
             _count(row.waiting),
@@ -72,6 +74,7 @@ def table(rows: Sequence[Row], config: WatchConfig, width: int = 0, height: int 
             "total",
             "",
             max((row.verdict for row in rows), key=WORST_LAST.index),
+            f"{sum(row.ready for row in rows)}/{len(rows)}",
             "",
             _count(_sum([row.running for row in rows])),
             _count(_sum([row.waiting for row in rows])),
@@ -104,7 +107,7 @@ def line(row: Row) -> str:
     """A row as one line, for a pipe: the URL (and the engine), the probe's line, how long it has held,
     and what a hook did."""
     who = row.url if row.engine is None else f"{row.url} engine {row.engine}"
-    text = f"{who}: {row.message}; held {duration(row.held_for)}"
+    text = f"{who}: {row.message}; held {duration(row.held_for)}" + ("" if row.ready else "; not ready")
     return f"{text}; {row.hook}" if row.hook else text
 
 
@@ -116,6 +119,7 @@ def row_json(row: Row) -> dict[str, object]:
         "engine": row.engine,
         "dialect": row.dialect,
         "verdict": row.verdict,
+        "ready": row.ready,
         "running": row.running,
         "waiting": row.waiting,
         "prompt_tokens_per_s": _round(row.prompt_rate),

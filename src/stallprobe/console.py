@@ -1,0 +1,53 @@
+"""Writing a command's output to stdout, when stdout may be a pipe whose reader has gone (`| head`) or a
+descriptor that was closed (`>&-`).
+
+Python's own way is a BrokenPipeError traceback, and an exit status of 120 when the interpreter's last
+flush fails. Here a failed write is told once to the caller, who decides what it means (the probe's exit
+code stays its verdict's: the kubelet reads the code, not the line; inject's and doctor's output is then
+incomplete, which has its own code), and stdout is pointed at /dev/null so that nothing fails again.
+"""
+
+from __future__ import annotations
+
+import sys
+
+__all__ = ["emit", "tell"]
+
+
+def emit(text: str) -> bool:
+    """Write `text` and a newline to stdout and flush; False when stdout could not take it."""
+    if sys.stdout is None:  # the process was started with descriptor 1 closed
+        return False
+    try:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+    except (OSError, ValueError):  # a pipe with no reader, a closed descriptor; ValueError: a closed file
+        _silence()
+        return False
+    return True
+
+
+def tell(text: str) -> None:
+    """Write one line to stderr, if anything can still read it."""
+    if sys.stderr is None:
+        return
+    try:
+        sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def _silence() -> None:
+    """Point stdout's descriptor at /dev/null, so that the interpreter's last flush of what is still
+    buffered succeeds (a failed one ends the process with status 120)."""
+    try:
+        import posix as system  # the system calls, without loading os (the probe's path avoids it)
+    except ImportError:  # not a POSIX system
+        import os as system  # type: ignore[no-redef]
+    try:
+        null = system.open("/dev/null", system.O_WRONLY)
+        system.dup2(null, 1)
+        system.close(null)
+    except OSError:
+        pass

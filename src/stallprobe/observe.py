@@ -1,0 +1,135 @@
+"""What an engine said at one look, for every command: the probe, its readiness, and each endpoint of watch.
+
+One look is: the page (or no answer within the deadline), read with the dialect; for an engine that looks
+idle, the questions that can find requests the gauges miss (its server's load, the canary); for an engine
+that would be suspect or stalled, whether its operator paused it; and, when readiness is wanted, its
+health route. The result is an Observation: the samples the detector judges, and the facts beside them.
+Judging them (detector.assess_engines, detector.readiness) and putting them into words (report.py) are
+the caller's next steps, so that the probe can judge inside its state file's lock and watch in memory.
+
+Every question beyond the page is asked only when the page alone cannot tell, so a healthy engine's look
+is one GET (two with readiness); api.py, and json with it, is loaded only then.
+"""
+
+from __future__ import annotations
+
+from .detector import Sample, Verdict, assess_engines, looks_idle
+from .engines import choose, read_engines
+from .errors import ScrapeError, ScrapeTimeout
+from .scrape import fetch
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+    from .detector import State
+    from .engines import Dialect
+    from .options import LookSettings
+
+__all__ = ["Observation", "budget", "health", "observe", "origin", "silent"]
+
+
+class Observation:
+    """What one look found: the dialect (None when the page gave no answer), one sample per engine, why
+    there was no answer ("" when there was), what the questions to an idle-looking engine learnt, and
+    why the health route says the engine does not serve (None: not asked; "": it serves)."""
+
+    __slots__ = ("dialect", "health", "note", "samples", "silence")
+
+    def __init__(
+        self,
+        dialect: Dialect | None,
+        samples: dict[str, Sample],
+        *,
+        silence: str = "",
+        note: str = "",
+        health: str | None = None,
+    ) -> None:
+        self.dialect = dialect
+        self.samples = samples
+        self.silence = silence
+        self.note = note
+        self.health = health
+
+    def __repr__(self) -> str:
+        name = self.dialect.name if self.dialect else None
+        return f"Observation({name!r}, {self.samples!r}, silence={self.silence!r}, note={self.note!r})"
+
+
+def origin(url: str) -> str:
+    """`http://host:port` of a URL: where the engine's other routes are."""
+    slash = url.find("/", url.find("://") + 3)
+    return url if slash < 0 else url[:slash]
+
+
+def silent(previous: Mapping[str, State] | None, now: float, why: str) -> Observation:
+    """No answer in time: a sample without numbers for every engine seen before (a slow answer is not a
+    wedge; the detector runs the stall clock from the last answer)."""
+    names = list(previous) if previous else [""]
+    return Observation(None, {name: Sample(0, 0, 0, now, answered=False) for name in names}, silence=why)
+
+
+def observe(
+    url: str,
+    settings: LookSettings,
+    previous: Mapping[str, State] | None,
+    facts: dict[str, float],
+    clock: Callable[[], float],
+    *,
+    readiness: bool = False,
+) -> Observation:
+    """Look at the engine whose page is `url` once, against its history `previous`; `facts` is what the
+    caller remembers of the endpoint (when its last canary went out), updated in place. `clock` gives the
+    sample's time (CLOCK_MONOTONIC: one clock for every process since boot). With `readiness`, the health
+    route is asked too. Raises ScrapeError (not ScrapeTimeout: that is an Observation) and MetricsError."""
+    try:
+        page = fetch(url, settings.timeout, key=settings.key)
+    except ScrapeTimeout as exc:
+        return silent(previous, clock(), str(exc))
+    now = clock()
+    dialect = choose(page, settings.engine, settings.names)
+    samples = read_engines(page, now, dialect, settings.progress_metric)
+    base = origin(url)
+    note = ""
+    if (settings.canary or settings.server_load) and looks_idle(samples, previous):
+        from .api import ask_idle
+
+        samples, note = ask_idle(samples, previous, settings, base=base, dialect=dialect, facts=facts, now=now)
+    if dialect.pause_route and _would_be_stuck(previous, samples, settings):
+        # Asked only now, so a healthy look costs nothing more; no answer is never "paused".
+        from .api import ask_paused
+
+        samples = ask_paused(samples, base, dialect.pause_route, settings.key) or samples
+    why = health(base + dialect.health_route, settings) if readiness else None
+    return Observation(dialect, samples, note=note, health=why)
+
+
+def _would_be_stuck(
+    previous: Mapping[str, State] | None, samples: Mapping[str, Sample], settings: LookSettings
+) -> bool:
+    # Suspect or stalled is busy and frozen, whatever the window: only then is the pause asked about.
+    verdict = assess_engines(
+        previous, samples, settings.window, settings.saturation, include_waiting=settings.include_waiting
+    ).verdict
+    return verdict is Verdict.SUSPECT or verdict is Verdict.STALLED
+
+
+def health(url: str, settings: LookSettings) -> str:
+    """Why the engine's health route says it does not serve: "" when it answers 2xx, or 404 (a server
+    without that route has nothing to say about serving; the engines' own servers all have one)."""
+    from .scrape import exchange, status_error
+
+    try:
+        answer = exchange(url, settings.timeout, key=settings.key, what="health")
+    except ScrapeError as exc:
+        return str(exc)
+    return "" if 200 <= answer.code < 300 or answer.code == 404 else status_error(f"health {url}", answer)
+
+
+def budget(settings: LookSettings, *, readiness: bool = False) -> float:
+    """The longest one look can take: each exchange it may make has its own deadline (the page, the idle
+    engine's questions, /is_paused, the health route). Only a look whose page answered asks more."""
+    from .api import PAUSE_QUERY_TIMEOUT
+
+    asks = (settings.server_load, settings.canary, readiness)  # the canary: both its exchanges in one
+    return settings.timeout * (1 + sum(asks)) + PAUSE_QUERY_TIMEOUT

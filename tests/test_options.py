@@ -1,0 +1,134 @@
+"""The option table fills one typed configuration per command: every option of a command sets an attribute
+its configuration class declares, of the type its reader returns, so no use site reads a string key."""
+
+from __future__ import annotations
+
+import typing
+
+import pytest
+
+from stallprobe import options
+from stallprobe.errors import UsageError
+from stallprobe.inject.command import InjectConfig
+from stallprobe.options import Option, Settings, parse
+from stallprobe.probe import Config as ProbeConfig
+from stallprobe.watch.poll import WatchConfig
+
+COMMANDS: list[type[Settings]] = [ProbeConfig, WatchConfig, InjectConfig]
+assert COMMANDS
+
+# What each reader returns (its value's type; a repeating option holds a tuple of them).
+READS: dict[object, object] = {
+    options.positive: float,
+    options.non_negative: float,
+    options.count: int,
+    options.switch: bool,
+    options.metric_name: str,
+    options.engine: str,
+    options.engine_label: str,
+    options.url: str,
+    options.nonempty: str,
+    options.dns_name: str,
+    options.address: tuple[str, int],
+    options.command: tuple[str, ...],
+}
+# Options whose default is not of the attribute's type because the command resolves it after parsing.
+RESOLVED = {(ProbeConfig, "state_file")}
+
+
+def hints(cls: type[Settings]) -> dict[str, object]:
+    namespace = {**vars(typing), **vars(options)}
+    return typing.get_type_hints(cls, globalns=namespace)
+
+
+def admits(annotation: object, value: object) -> bool:
+    """Whether `value` is of the annotated type (the few shapes the configurations use)."""
+    if annotation is float:
+        return isinstance(value, float)
+    if annotation in (int, str, bool):
+        return type(value) is annotation
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is tuple:
+        if not isinstance(value, tuple):
+            return False
+        if len(args) == 2 and args[1] is Ellipsis:
+            return all(admits(args[0], item) for item in value)
+        return len(args) == len(value) and all(admits(a, v) for a, v in zip(args, value))
+    if args and type(None) in args:  # X | None
+        return value is None or any(admits(a, value) for a in args if a is not type(None))
+    raise AssertionError(f"unexpected annotation {annotation!r}")
+
+
+def sample_text(option: Option) -> str:
+    """A text the option's reader accepts."""
+    texts: dict[object, str] = {
+        options.positive: "2.5",
+        options.non_negative: "0",
+        options.count: "3",
+        options.switch: "1",
+        options.metric_name: "vllm:x_total",
+        options.engine: "vllm",
+        options.engine_label: "rank",
+        options.url: "http://127.0.0.1:1/metrics",
+        options.nonempty: "x",
+        options.dns_name: "name",
+        options.address: "127.0.0.1:0",
+        options.command: "true now",
+    }
+    return texts[option.read]
+
+
+@pytest.mark.parametrize("cls", COMMANDS, ids=lambda cls: cls.__name__)
+def test_every_option_sets_a_declared_attribute_of_its_readers_type(cls: type[Settings]) -> None:
+    declared = hints(cls)
+    assert cls.OPTIONS
+    for option in cls.OPTIONS:
+        assert option.key in declared, f"{cls.__name__} declares no {option.key} for {option.flag}"
+        annotation = declared[option.key]
+        value = option.read(option.flag, sample_text(option))
+        assert admits(annotation, (value,) if option.repeats else value), (option.flag, annotation, value)
+        if (cls, option.key) not in RESOLVED:
+            assert admits(annotation, option.default), (option.flag, annotation, option.default)
+
+
+@pytest.mark.parametrize("cls", COMMANDS, ids=lambda cls: cls.__name__)
+def test_parse_fills_every_attribute_and_says_which_were_given(cls: type[Settings]) -> None:
+    option = next(o for o in cls.OPTIONS if not o.is_switch and not o.repeats and o.read is options.positive)
+    config = parse([option.flag, "7.5"], cls, positional="URL")
+    assert isinstance(config, cls)
+    assert getattr(config, option.key) == 7.5
+    assert config.given == {option.key}
+    for other in cls.OPTIONS:
+        if other is not option:
+            assert getattr(config, other.key) == other.default, other.flag
+
+
+def test_a_setting_no_option_has_is_refused() -> None:
+    with pytest.raises(TypeError, match="no setting 'windwo'"):
+        WatchConfig(["http://h/metrics"], windwo=3.0)
+    assert WatchConfig(["http://h/metrics"], window=3.0).window == 3.0
+
+
+def test_watch_reads_no_environment_and_its_help_promises_none() -> None:
+    from stallprobe.watch.command import configure, help_text
+
+    config = configure(["http://h/metrics"], {"VLLM_API_KEY": "secret", "STALLPROBE_WINDOW": "1"})
+    assert isinstance(config, WatchConfig)
+    assert (config.key, config.window) == ("", 120.0)
+    line = next(line for line in help_text().splitlines() if "--api-key-file" in line)
+    assert line.endswith("(default none)")
+    assert "VLLM_API_KEY" not in help_text()
+
+
+def test_the_probe_reads_the_engines_key_variable_and_its_help_says_so() -> None:
+    from stallprobe.probe import configure, help_text
+
+    config = configure([], {"VLLM_API_KEY": "secret"})
+    assert isinstance(config, ProbeConfig)
+    assert config.key == "secret"
+    assert "VLLM_API_KEY or LLAMA_API_KEY when set" in help_text()
+
+
+def test_a_value_that_does_not_read_names_the_flag() -> None:
+    with pytest.raises(UsageError, match=r"--window must be a number > 0 \(got 'soon'\)"):
+        parse(["--window", "soon"], ProbeConfig)
