@@ -61,6 +61,11 @@ def Q(t: float) -> Sample:
     return Sample(0, 0, 0, t, answered=False)
 
 
+def W(running: float, gen: float, prompt: float, t: float, waiting: float, owed: float) -> Sample:
+    """Requests waiting, `owed` of them owed work (waiting for capacity; the others deferred)."""
+    return Sample(running, gen, prompt, t, waiting, owed=owed)
+
+
 # (name, window, samples, expected verdicts)
 SCENARIOS: list[tuple[str, float, list[Sample], list[Verdict]]] = [
     # --- the feature request's four cases
@@ -286,6 +291,32 @@ SCENARIOS: list[tuple[str, float, list[Sample], list[Verdict]]] = [
         10,
         [S(0, 5, 5, 0), C(5, 5, 10), C(6, 5, 30), C(6, 5, 35)],
         [B, SUS, P, SUS],
+    ),
+    # --- requests waiting for capacity while nothing runs: owed work; deferred ones are not
+    (
+        "waiting_for_capacity_with_nothing_running_stalls",
+        120,
+        [W(0, 5, 5, 0, 3, 3), W(0, 5, 5, 60, 3, 3), W(0, 5, 5, 119, 3, 3), W(0, 5, 5, 120, 3, 3)],
+        [B, SUS, SUS, ST],
+    ),
+    (
+        "waiting_for_capacity_then_admitted_progresses",
+        120,
+        [W(0, 5, 5, 0, 3, 3), W(0, 5, 5, 1, 3, 3), W(2, 9, 5, 2, 1, 1), W(0, 12, 9, 3, 0, 0)],
+        [B, SUS, SAT, IDL],
+    ),
+    ("deferred_waiting_is_idle", 120, [W(0, 5, 5, t, 2, 0) for t in (0, 100, 300)], [B, IDL, IDL]),
+    (
+        "owed_waiting_starts_the_clock_when_first_seen",
+        120,
+        [S(0, 5, 5, 0), W(0, 5, 5, 200, 3, 3), W(0, 5, 5, 319, 3, 3), W(0, 5, 5, 320, 3, 3)],
+        [B, SUS, SUS, ST],
+    ),
+    (
+        "owed_waiting_that_turns_deferred_is_idle",
+        120,
+        [W(0, 5, 5, 0, 3, 3), W(0, 5, 5, 100, 3, 3), W(0, 5, 5, 200, 3, 0)],
+        [B, SUS, IDL],
     ),
     # --- no answer in time: a slow answer is not a wedge; a page silent for the whole window is
     (
@@ -619,6 +650,16 @@ def test_include_waiting_starts_the_clock_at_the_first_queued_sample() -> None:
     samples = [S(0, 5, 5, 0), S(0, 5, 5, 200, waiting=3), S(0, 5, 5, 310, waiting=3), S(0, 5, 5, 320, waiting=3)]
     assert replay(samples, include_waiting=True) == [B, SUS, SUS, ST]
     assert step(State(S(0, 5, 5, 0)), S(0, 5, 5, 200, waiting=3), include_waiting=True)[1].stall_since == 200
+
+
+def test_include_waiting_says_which_waiting_requests_are_owed() -> None:
+    samples = [W(0, 5, 5, t, 3, 1) for t in (0, 100, 200)]
+    assert replay(samples) == [B, SUS, ST]  # auto: the one the sample says is owed
+    assert replay(samples, include_waiting=None) == [B, SUS, ST]
+    assert replay(samples, include_waiting=False) == [B, IDL, IDL]  # never: none of them
+    deferred = [W(0, 5, 5, t, 3, 0) for t in (0, 100, 200)]
+    assert replay(deferred) == [B, IDL, IDL]
+    assert replay(deferred, include_waiting=True) == [B, SUS, ST]  # always: every one
 
 
 def test_include_waiting_still_needs_work_to_be_owed() -> None:

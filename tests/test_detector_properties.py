@@ -49,16 +49,20 @@ def sequences(draw: st.DrawFn, min_size: int = 1, max_size: int = 40) -> list[Sa
             gen, prompt = draw(st.sampled_from([(0.0, 0.0), (gen, 0.0), (0.0, prompt)]))
         running = float(draw(st.sampled_from([0, 1, 1, 3, 21])))
         waiting = float(draw(st.sampled_from([0, 0, 1, 99])))
-        samples.append(Sample(running, gen, prompt, t, waiting, signals={"kv": kv}))
+        owed = float(draw(st.sampled_from([0, 0, waiting])))  # waiting for capacity, or deferred
+        samples.append(Sample(running, gen, prompt, t, waiting, signals={"kv": kv}, owed=owed))
     return samples
 
 
-def frozen_since(samples: list[Sample], i: int, include_waiting: bool = False) -> float | None:
+def frozen_since(samples: list[Sample], i: int, include_waiting: bool | None = None) -> float | None:
     """The oracle: when the engine was last seen moving or idle, scanning back from sample i; None when
-    sample i is not busy-and-frozen compared with the sample before it."""
+    sample i is not busy-and-frozen compared with the sample before it. Busy: requests running, or
+    waiting and owed (include_waiting None: those the sample says; True: all; False: none)."""
 
     def busy(s: Sample) -> bool:
-        return s.running > 0 or (include_waiting and s.waiting > 0)
+        if s.running > 0:
+            return True
+        return s.owed > 0 if include_waiting is None else include_waiting and s.waiting > 0
 
     def frozen(k: int) -> bool:  # sample k shows nothing new compared with k - 1, on a clock going forward
         a, b = samples[k - 1], samples[k]
@@ -86,11 +90,13 @@ def test_stalled_exactly_when_seen_busy_and_frozen_for_the_window(samples: list[
 
 
 @SETTINGS
-@given(sequences(), WINDOWS)
-def test_with_include_waiting_the_oracle_counts_the_queue(samples: list[Sample], window: float) -> None:
-    verdicts = replay(samples, window, include_waiting=True)
+@given(sequences(), WINDOWS, st.sampled_from([True, False]))
+def test_with_include_waiting_the_oracle_counts_the_queue_or_not(
+    samples: list[Sample], window: float, include_waiting: bool
+) -> None:
+    verdicts = replay(samples, window, include_waiting=include_waiting)
     for i, verdict in enumerate(verdicts):
-        since = frozen_since(samples, i, include_waiting=True)
+        since = frozen_since(samples, i, include_waiting=include_waiting)
         assert (verdict is Verdict.STALLED) == (since is not None and samples[i].t - since >= window)
 
 
@@ -101,7 +107,7 @@ def test_idle_or_advancing_samples_are_never_stalled(samples: list[Sample], wind
     for i in range(1, len(samples)):
         prev, s = samples[i - 1], samples[i]
         advanced = s.generation > prev.generation or s.prompt > prev.prompt or s.signals != prev.signals
-        if s.running == 0 or advanced:
+        if (s.running == 0 and s.owed == 0) or advanced:
             assert verdicts[i] is not Verdict.STALLED
 
 
@@ -140,7 +146,10 @@ def test_replay_equals_stepping_through_the_json_state_file(samples: list[Sample
 @SETTINGS
 @given(sequences(), WINDOWS, st.integers(-(10**9), 10**9))
 def test_shifting_the_clock_changes_no_verdict(samples: list[Sample], window: float, shift: int) -> None:
-    moved = [Sample(s.running, s.generation, s.prompt, s.t + shift, s.waiting, signals=s.signals) for s in samples]
+    moved = [
+        Sample(s.running, s.generation, s.prompt, s.t + shift, s.waiting, signals=s.signals, owed=s.owed)
+        for s in samples
+    ]
     assert replay(moved, window) == replay(samples, window)
 
 

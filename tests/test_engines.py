@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
+
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
-from conftest import FIXTURES, fixture_page, read_sample, vllm_page
+from conftest import FIXTURES, REPO, fixture_page, llamacpp_page, read_sample, sglang_page, vllm_page
 from stallprobe import MetricsError, Sample
 from stallprobe.engines import (
     DIALECTS,
@@ -26,22 +29,22 @@ KV = "vllm:kv_cache_usage_perc"
 NO_ENGINE = "no known engine's metrics on the page (looked for vllm, sglang, llamacpp): pass --engine and names"
 
 
-# Every real page: the dialect it must be read as and each engine's (running, waiting, prompt,
+# Every real page: the dialect it must be read as and each engine's (running, waiting, owed, prompt,
 # generation, signals), read off the page by hand; or the start of the error it must give.
-REAL: dict[str, tuple[str, dict[str, tuple[float, float, float, float, dict[str, float]]]] | str] = {
-    "vllm-0.32.0-cpu-busy.prom": ("vllm", {"0": (4, 0, 173, 907, {KV: 0.0019536019536019467})}),
-    "vllm-0.32.0-cpu-multiprocess-idle.prom": ("vllm", {"0": (0, 0, 0, 0, {})}),
-    "vllm-0.32.0-cpu-paused-keep.prom": ("vllm", {"0": (4, 0, 244, 2601, {KV: 0.002930045171529727})}),
-    "vllm-0.32.0-cpu-asleep.prom": ("vllm", {"0": (0, 0, 244, 2601, {KV: 0.0})}),
-    "vllm-v1-ahasannn-hwrouter-f7a8250.prom": ("vllm", {"0": (0, 0, 0, 0, {KV: 0.0})}),
-    "vllm-v1-inferstack-0.29.0-651cd61.prom": ("vllm", {"0": (0, 0, 530, 584, {KV: 0.0})}),
-    "vllm-v1-lmswitch-f5803ce.prom": ("vllm", {"0": (0, 0, 3675428, 44995, {KV: 0.0})}),
+REAL: dict[str, tuple[str, dict[str, tuple[float, float, float, float, float, dict[str, float]]]] | str] = {
+    "vllm-0.32.0-cpu-busy.prom": ("vllm", {"0": (4, 0, 0, 173, 907, {KV: 0.0019536019536019467})}),
+    "vllm-0.32.0-cpu-multiprocess-idle.prom": ("vllm", {"0": (0, 0, 0, 0, 0, {})}),
+    "vllm-0.32.0-cpu-paused-keep.prom": ("vllm", {"0": (4, 0, 0, 244, 2601, {KV: 0.002930045171529727})}),
+    "vllm-0.32.0-cpu-asleep.prom": ("vllm", {"0": (0, 0, 0, 244, 2601, {KV: 0.0})}),
+    "vllm-v1-ahasannn-hwrouter-f7a8250.prom": ("vllm", {"0": (0, 0, 0, 0, 0, {KV: 0.0})}),
+    "vllm-v1-inferstack-0.29.0-651cd61.prom": ("vllm", {"0": (0, 0, 0, 530, 584, {KV: 0.0})}),
+    "vllm-v1-lmswitch-f5803ce.prom": ("vllm", {"0": (0, 0, 0, 3675428, 44995, {KV: 0.0})}),
     "vllm-v0-mp-docs-usage-metrics-snippet-044a056.prom": "no known engine's metrics on the page",
     "sglang-docs-production-metrics-00b08c4.prom": (
         "sglang",
-        {"": (162, 2826, 8128902, 7557572, {"sglang:num_used_tokens": 123859, "sglang:token_usage": 0.28})},
+        {"": (162, 2826, 2826, 8128902, 7557572, {"sglang:num_used_tokens": 123859, "sglang:token_usage": 0.28})},
     ),
-    "llamacpp-server-11434-local.prom": ("llamacpp", {"": (0, 0, 41, 142, {"llamacpp:n_decode_total": 142})}),
+    "llamacpp-server-11434-local.prom": ("llamacpp", {"": (0, 0, 0, 41, 142, {"llamacpp:n_decode_total": 142})}),
 }
 # The real pages whose engines read as paused, and why (every other engine of every page: not paused).
 REAL_PAUSED: dict[str, dict[str, str]] = {
@@ -68,8 +71,8 @@ def test_real_page_is_read_with_its_dialect_and_numbers(name: str, expected: obj
     samples = read_engines(page, 7.0, dialect)
     paused = REAL_PAUSED.get(name, {})
     assert samples == {
-        engine: Sample(running, gen, prompt, 7.0, waiting, signals=signals, paused=paused.get(engine, ""))
-        for engine, (running, waiting, prompt, gen, signals) in engines.items()
+        engine: Sample(running, gen, prompt, 7.0, waiting, signals=signals, owed=owed, paused=paused.get(engine, ""))
+        for engine, (running, waiting, owed, prompt, gen, signals) in engines.items()
     }
 
 
@@ -449,3 +452,134 @@ def test_a_pause_sign_and_a_dialect_default_to_nothing_paused() -> None:
     assert [d.health_route for d in DIALECTS] == ["/health"] * 3
     other = Dialect("x", running="r", waiting="w", prompt="p", generation="g", port=1, hints=(), health_route="/ready")
     assert other.with_names(running="y").health_route == "/ready"
+
+
+# --- which waiting requests an engine owes work (Sample.owed)
+
+BUILT = REPO / "tests" / "fixtures" / "built"
+# Pages built from the engines' source for situations not staged here (tests/fixtures/built/SOURCES.md):
+# the dialect, and each engine's (running, waiting, owed).
+BUILT_PAGES: dict[str, tuple[str, dict[str, tuple[float, float, float]]]] = {
+    "vllm-0.32-capacity-nothing-running.prom": ("vllm", {"0": (0, 3, 3)}),
+    "vllm-0.32-deferred-nothing-running.prom": ("vllm", {"0": (0, 2, 0)}),
+    "vllm-0.32-kv-consumer-waiting-remote-kv.prom": ("vllm", {"0": (0, 2, 0)}),
+    "sglang-0.5.23-decode-disagg.prom": ("sglang", {"": (0, 0, 0)}),
+    "sglang-0.5.23-decode-disagg-stale-gauges.prom": ("sglang", {"": (3, 0, 0)}),
+}
+
+
+def test_every_built_fixture_has_an_expectation() -> None:
+    assert BUILT_PAGES
+    assert sorted(BUILT_PAGES) == sorted(p.name for p in BUILT.glob("*.prom"))
+
+
+@pytest.mark.parametrize(("name", "expected"), sorted(BUILT_PAGES.items()))
+def test_built_page_says_which_waiting_requests_are_owed(
+    name: str, expected: tuple[str, dict[str, tuple[float, float, float]]]
+) -> None:
+    page = (BUILT / name).read_bytes()
+    dialect = detect(page)
+    assert dialect.name == expected[0]
+    samples = read_engines(page, 0.0, dialect)
+    assert {engine: (s.running, s.waiting, s.owed) for engine, s in samples.items()} == expected[1]
+
+
+def by_reason(engine: str, capacity: float, deferred: float) -> bytes:
+    family = "vllm:num_requests_waiting_by_reason"
+    return (
+        f'{family}{{engine="{engine}",model_name="m",reason="capacity"}} {capacity}\n'
+        f'{family}{{engine="{engine}",model_name="m",reason="deferred"}} {deferred}\n'
+    ).encode()
+
+
+KV_FETCH = b'vllm:num_requests_kv_fetch_by_stage{engine="0",model_name="m",stage="%s"} %d\n'
+NIXL = b'vllm:nixl_num_failed_transfers_total{engine="0",model_name="m"} 0.0\n'
+
+
+def kv(usage: float) -> bytes:
+    return f'vllm:kv_cache_usage_perc{{engine="0",model_name="m"}} {usage}\n'.encode()
+
+
+# (name, page, dialect, each engine's owed waiting requests)
+OWED: list[tuple[str, bytes, Dialect, dict[str, float]]] = [
+    ("capacity_is_owed", vllm_page(0, 5, 5, 3) + by_reason("0", 3, 0), VLLM, {"0": 3}),
+    ("deferred_is_not", vllm_page(0, 5, 5, 2) + by_reason("0", 0, 2), VLLM, {"0": 0}),
+    ("none_while_some_are_deferred", vllm_page(0, 5, 5, 3) + by_reason("0", 2, 1), VLLM, {"0": 0}),
+    ("no_breakdown_on_the_page_none", vllm_page(0, 5, 5, 3), VLLM, {"0": 0}),
+    (
+        "a_breakdown_declared_without_samples_none",
+        vllm_page(0, 5, 5, 3) + b"# TYPE vllm:num_requests_waiting_by_reason gauge\n",
+        VLLM,
+        {"0": 0},
+    ),
+    (
+        "kv_fetches_in_progress_excuse_the_queue",
+        vllm_page(0, 5, 5, 3) + by_reason("0", 3, 0) + KV_FETCH % (b"in_progress", 1),
+        VLLM,
+        {"0": 0},
+    ),
+    (
+        "kv_fetches_waiting_to_start_do_not",
+        vllm_page(0, 5, 5, 3) + by_reason("0", 3, 0) + KV_FETCH % (b"waiting_to_start", 3) + kv(0.0),
+        VLLM,
+        {"0": 3},
+    ),
+    (
+        "blocks_held_for_a_peer_excuse_the_queue",
+        vllm_page(0, 5, 5, 3) + by_reason("0", 3, 0) + NIXL + kv(0.2),
+        VLLM,
+        {"0": 0},
+    ),
+    (
+        "a_connector_with_an_empty_cache_does_not",
+        vllm_page(0, 5, 5, 3) + by_reason("0", 3, 0) + NIXL + kv(0.0),
+        VLLM,
+        {"0": 3},
+    ),
+    (
+        "a_kv_cache_in_use_without_a_connector_does_not",
+        vllm_page(0, 5, 5, 3) + by_reason("0", 3, 0) + kv(0.2),
+        VLLM,
+        {"0": 3},
+    ),
+    (
+        "each_engine_its_own",
+        vllm_page(0, 5, 5, 4, engines=2) + by_reason("0", 2, 0) + by_reason("1", 1, 1),
+        VLLM,
+        {"0": 2, "1": 0},
+    ),
+    ("llamacpp_deferred_are_owed", llamacpp_page(0, 5, 5, 9, deferred=2), LLAMACPP, {"": 2}),
+    ("sglang_queue_is_owed", sglang_page(0, 5, 5, waiting=4), SGLANG, {"": 4}),
+]
+
+
+@pytest.mark.parametrize(("page", "dialect", "owed"), [r[1:] for r in OWED], ids=[r[0] for r in OWED])
+def test_owed_waiting(page: bytes, dialect: Dialect, owed: dict[str, float]) -> None:
+    assert OWED
+    assert {engine: s.owed for engine, s in read_engines(page, 0.0, dialect).items()} == owed
+
+
+def test_sglang_adds_the_total_of_a_priority_breakdown_once() -> None:
+    page = b"".join(
+        f'sglang:{name}{{model_name="m",priority="{priority}"}} {value}\n'.encode()
+        for name, values in (("num_running_reqs", (4, 3, 1)), ("num_queue_reqs", (5, 2, 3)))
+        for priority, value in zip(("", "1", "2"), values)
+    )
+    page += b'sglang:prompt_tokens_total{model_name="m"} 7\nsglang:generation_tokens_total{model_name="m"} 9\n'
+    sample = read_engines(page, 0.0, SGLANG)[""]
+    assert (sample.running, sample.waiting, sample.owed) == (4, 5, 5)
+
+
+def test_only_sglang_asks_its_scheduler_for_live_counts() -> None:
+    assert [d.live_route for d in DIALECTS] == ["", "/v1/loads", ""]
+    assert VLLM.with_names(running="x").owing is VLLM.owing
+    assert SGLANG.with_names(running="x").totals == ("priority", "")
+    assert SGLANG.with_names(running="x").live_route == "/v1/loads"
+
+
+@pytest.mark.parametrize("folder", [FIXTURES, BUILT], ids=["real", "built"])
+def test_every_page_is_the_one_its_sources_name(folder: Path) -> None:
+    """Each page's sha256 is listed in its folder's SOURCES.md, and each listed page is there."""
+    sources = (folder / "SOURCES.md").read_text(encoding="utf-8")
+    listed = dict(line.split()[::-1] for line in sources.split("sha256:")[-1].splitlines() if "  " in line)
+    assert listed == {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.glob("*.prom")}

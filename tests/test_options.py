@@ -31,6 +31,7 @@ READS: dict[object, object] = {
     options.dns_name: str,
     options.address: tuple[str, int],
     options.command: tuple[str, ...],
+    options.waiting_mode: bool | None,
 }
 # Options whose default is not of the attribute's type because the command resolves it after parsing.
 RESOLVED = {(ProbeConfig, "state_file")}
@@ -74,6 +75,7 @@ def sample_text(option: Option) -> str:
         options.dns_name: "name",
         options.address: "127.0.0.1:0",
         options.command: "true now",
+        options.waiting_mode: "never",
     }
     return texts[option.read]
 

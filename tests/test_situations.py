@@ -485,3 +485,100 @@ def test_readiness_of_an_engine_whose_metrics_stop_answering(stub: StubEngine, t
     code, line = probe(stub, state, "--ready")
     assert code == ExitCode.STALLED
     assert line.startswith(f"not ready: stalled: scrape {stub.url}: no complete answer within 1 s")
+
+
+# --- requests waiting while nothing runs: owed when waiting for capacity, never when deferred
+
+BUILT = Path(__file__).parent / "fixtures" / "built"
+
+
+def test_requests_waiting_for_capacity_with_nothing_running_stall_with_default_flags(
+    stub: Stub, tmp_path: Path
+) -> None:
+    """The wedge users report most: running 0, 3 waiting for capacity, nothing moves, /health 200."""
+    state = tmp_path / "probe.state"
+    stub.routes["/health"] = Route(b"")
+    stub.routes["/metrics"] = Route((BUILT / "vllm-0.32-capacity-nothing-running.prom").read_bytes())
+    assert probe(stub, state)[1].startswith("baseline: 0 running, 3 waiting")
+    rewind(state, 60)
+    code, line = probe(stub, state)
+    assert (code, line.split(";")[0]) == (ExitCode.OK, "suspect: 0 running, 3 waiting")
+    assert line.endswith("; 3 waiting for capacity, nothing running"), line
+    assert stub.count("/is_paused") == 1  # asked, as for any engine that looks stuck: 404 is never paused
+    code, line = probe(stub, state, "--ready")  # the load balancers drain it after --drain-after
+    assert (code, line.split(";")[0]) == (ExitCode.STALLED, "not ready: stalled: 0 running, 3 waiting")
+    rewind(state, 60)
+    code, line = probe(stub, state)
+    assert (code, line.split(";")[0]) == (ExitCode.STALLED, "stalled: 0 running, 3 waiting")
+    assert "no token progress for 120 s (window 120 s); 3 waiting for capacity, nothing running" in line
+    # The operator's override, both ways: never count them, or (for an older vLLM) count them all.
+    assert probe(stub, state, "--include-waiting=never") == (ExitCode.OK, "idle: 0 running, 3 waiting")
+    rewind(state, 120)
+    assert probe(stub, state, "--include-waiting", "always")[0] == ExitCode.STALLED
+
+
+@pytest.mark.parametrize(
+    ("page", "why"),
+    [
+        ("vllm-0.32-deferred-nothing-running.prom", "a grammar compiles: the engine's own reason"),
+        ("vllm-0.32-kv-consumer-waiting-remote-kv.prom", "KV fetched from the prefill peer"),
+    ],
+)
+def test_requests_the_engine_defers_are_never_owed(stub: Stub, tmp_path: Path, page: str, why: str) -> None:
+    state = tmp_path / "probe.state"
+    stub.routes["/metrics"] = Route((BUILT / page).read_bytes())
+    probe(stub, state)
+    rewind(state, 3600)
+    code, line = probe(stub, state)
+    assert (code, line) == (ExitCode.OK, "idle: 0 running, 2 waiting"), why
+    # --include-waiting (always) is the operator's word against the engine's: then they count.
+    assert probe(stub, state, "--include-waiting")[1].startswith("suspect: 0 running, 2 waiting")
+
+
+def test_a_paused_engine_with_requests_queued_for_capacity_is_paused_not_stalled(stub: Stub, tmp_path: Path) -> None:
+    """vLLM's /pause?mode=wait ends in the wedge's shape (running 0, capacity 3, frozen): /is_paused tells."""
+    state = tmp_path / "probe.state"
+    stub.routes["/metrics"] = Route((BUILT / "vllm-0.32-capacity-nothing-running.prom").read_bytes())
+    stub.routes["/is_paused"] = Route(b'{"is_paused": true}')
+    probe(stub, state)
+    rewind(state, 600)
+    code, line = probe(stub, state)
+    assert (code, line.split(";")[0]) == (ExitCode.OK, "paused: 0 running, 3 waiting")
+
+
+def loads(running: int, waiting: int, **peer: int) -> bytes:
+    """SGLang 0.5.23's /v1/loads answer (entrypoints/v1_loads.py, managers/load_snapshot.py) for one rank."""
+    load: dict[str, object] = {"timestamp": time.time(), "dp_rank": 0, "num_running_reqs": running}
+    load["num_waiting_reqs"] = waiting
+    if peer:
+        load["disaggregation"] = {"mode": "decode", **peer}
+    return json.dumps({"timestamp": "2026-12-01T00:00:00+00:00", "version": "0.5.23", "loads": [load]}).encode()
+
+
+@pytest.mark.parametrize(
+    ("live", "verdict"),
+    [
+        # Its scheduler waits on the prefill peer: nothing runs, nothing owed.
+        (Route(loads(0, 5, decode_prealloc_queue_reqs=2, decode_transfer_queue_reqs=3)), "idle"),
+        # Its scheduler says a batch is running and nothing moves: the page was right.
+        (Route(loads(3, 0)), "stalled"),
+        # No such route (an older SGLang): the page stands.
+        (None, "stalled"),
+    ],
+    ids=["waiting_on_its_peer", "wedged_in_a_batch", "no_live_counts"],
+)
+def test_sglang_page_of_a_stale_batch_is_judged_by_the_schedulers_own_counts(
+    stub: Stub, tmp_path: Path, live: Route | None, verdict: str
+) -> None:
+    """SGLang writes its gauges only after a batch: a decode instance waiting on its prefill peer shows the
+    last batch running (3) with every counter frozen. /v1/loads has the scheduler's own numbers."""
+    state = tmp_path / "probe.state"
+    stub.routes["/metrics"] = Route((BUILT / "sglang-0.5.23-decode-disagg-stale-gauges.prom").read_bytes())
+    if live is not None:
+        stub.routes["/v1/loads"] = live
+    probe(stub, state)
+    rewind(state, 600)
+    code, line = probe(stub, state)
+    assert line.split(":")[0] == verdict, line
+    assert code == (ExitCode.STALLED if verdict == "stalled" else ExitCode.OK)
+    assert stub.count("/v1/loads") == 1  # asked once: when the page alone looked stuck

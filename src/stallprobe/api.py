@@ -34,7 +34,7 @@ if TYPE_CHECKING:
         server_load: bool  # --server-load
 
 
-__all__ = ["ask_idle", "ask_paused", "canary", "in_flight", "is_paused"]
+__all__ = ["ask_idle", "ask_live", "ask_paused", "canary", "in_flight", "is_paused"]
 
 # vLLM answers /is_paused through its engine core, between two steps: within milliseconds when it is
 # paused (the core is idle) or healthy; a wedged core never answers. A second is far above the first and
@@ -74,6 +74,59 @@ def ask_paused(samples: Mapping[str, Sample], base: str, route: str, key: str) -
         return None
     why = f"paused by its operator ({route})"
     return {name: sample.replace(paused=sample.paused or why) for name, sample in samples.items()}
+
+
+# SGLang's /v1/loads: the queues of a disaggregated engine that wait on a peer or the network, never on
+# the scheduler (its `disaggregation` section, sglang/srt/managers/load_snapshot.py).
+_PEER_QUEUES = (
+    "prefill_bootstrap_queue_reqs",
+    "decode_prealloc_queue_reqs",
+    "decode_transfer_queue_reqs",
+    "decode_retracted_queue_reqs",
+)
+
+
+def _count(data: object, key: str) -> float | None:
+    value = data.get(key) if isinstance(data, dict) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+        return None
+    return float(value)
+
+
+def ask_live(samples: Mapping[str, Sample], base: str, route: str, key: str) -> dict[str, Sample] | None:
+    """For an engine that would otherwise be judged suspect or stalled (and only then): its running and
+    waiting requests as its scheduler last published them (SGLang's /v1/loads, one snapshot per data-
+    parallel rank), in place of the page's gauges, which SGLang refreshes only after a batch or when
+    fully idle, and so shows a stale batch while requests wait on something. Waiting requests are owed
+    unless they wait on a peer (a disaggregated engine's bootstrap, prealloc, transfer queues). None when
+    the route gives no usable answer within its deadline (the page stands)."""
+    try:
+        answer = exchange(base + route, PAUSE_QUERY_TIMEOUT, key=key, max_bytes=_MAX_JSON, what="ask")
+        data = _json(answer, f"ask {base}{route}") if answer.code == 200 else None
+    except (ScrapeError, MetricsError):
+        return None
+    loads = data.get("loads") if isinstance(data, dict) else None
+    if not isinstance(loads, list) or not loads:
+        return None
+    live: dict[str, tuple[float, float, float]] = {}
+    for load in loads:
+        running, waiting = _count(load, "num_running_reqs"), _count(load, "num_waiting_reqs")
+        if running is None or waiting is None or not isinstance(load, dict):
+            return None
+        queues, peer = load.get("queues"), load.get("disaggregation")
+        owed = _count(queues, "waiting")
+        if owed is None:  # without the queues section: all waiting but those waiting on a peer
+            owed = max(0.0, waiting - sum(_count(peer, name) or 0.0 for name in _PEER_QUEUES))
+        # The page read as one engine sums the ranks; else each rank is the engine of its name.
+        rank = "" if set(samples) == {""} else str(load.get("dp_rank", 0))
+        before = live.get(rank, (0.0, 0.0, 0.0))
+        live[rank] = (before[0] + running, before[1] + waiting, before[2] + owed)
+    if set(live) != set(samples):
+        return None  # not the engines the page shows: nothing to say about them
+    return {
+        name: sample.replace(running=live[name][0], waiting=live[name][1], owed=live[name][2])
+        for name, sample in samples.items()
+    }
 
 
 def in_flight(base: str, route: str, key: str, timeout: float) -> float:

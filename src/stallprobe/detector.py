@@ -17,8 +17,12 @@ The rules, first match wins (each exists to avoid a false restart or a missed st
                  it owes nothing, so it is never stalled, however long; the stall clock stops, and
                  starts afresh at the first sample after it resumes.
 3. idle        - not busy: nothing running, nothing pending (a request known to be in flight outside
-                 the engine's gauges: a canary that got no answer, HTTP requests the server counts), and,
-                 only with include_waiting, nothing waiting. Nothing is owed, so it is never stalled.
+                 the engine's gauges: a canary that got no answer, HTTP requests the server counts), and
+                 nothing waiting that the engine owes work. A request waiting for capacity while nothing
+                 runs is owed: a healthy scheduler admits it at its next step, so one that waits on is a
+                 wedge (the reader says which are owed: vLLM's `capacity`, not its `deferred`, which
+                 wait on something of the engine's own). include_waiting=True counts every waiting
+                 request, False none. Nothing is owed, so it is never stalled.
 4. progressing - the prompt or the generation counter advanced, or one of the sample's extra signals
                  changed. Prefill counts: a long prompt produces no output tokens for a long time and
                  is still work. A wedged engine publishes nothing new, so any change is life.
@@ -154,7 +158,7 @@ class Sample:
     usage): a wedged engine publishes nothing new, so a change in any of them means its loop is alive.
     """
 
-    __slots__ = (*_FIELDS, "answered", "paused", "pending", "signals")
+    __slots__ = (*_FIELDS, "answered", "owed", "paused", "pending", "signals")
 
     running: float
     generation: float
@@ -163,6 +167,7 @@ class Sample:
     waiting: float
     signals: dict[str, float]
     pending: float
+    owed: float
     paused: str
     answered: bool
 
@@ -176,6 +181,7 @@ class Sample:
         *,
         signals: Mapping[str, float] | None = None,
         pending: float = 0.0,
+        owed: float = 0.0,
         paused: str = "",
         answered: bool = True,
     ) -> None:
@@ -192,36 +198,51 @@ class Sample:
             self.signals[key] = float(value)
         if not _finite(pending):
             raise ValueError(f"Sample.pending must be a finite number (got {pending!r})")
+        if not _finite(owed):
+            raise ValueError(f"Sample.owed must be a finite number (got {owed!r})")
         # Requests known to be in flight that the engine's gauges do not show (a canary that got no
         # answer, HTTP requests the server counts): work owed, like running ones.
         self.pending = float(pending)
+        # Of the waiting requests, those the engine owes work: waiting for capacity, not deferred by the
+        # engine for a reason of its own (the reader of the page says which; 0 when it cannot tell).
+        self.owed = float(owed)
         # Why the engine's operator has stopped it ("" when not paused): never judged while paused.
         self.paused = paused
         # False: the page gave no answer in time; the numbers mean nothing.
         self.answered = answered
 
-    def replace(self, *, pending: float | None = None, paused: str | None = None) -> Sample:
-        """A copy with requests pending outside the gauges, or paused, as given."""
+    def replace(
+        self,
+        *,
+        running: float | None = None,
+        waiting: float | None = None,
+        owed: float | None = None,
+        pending: float | None = None,
+        paused: str | None = None,
+    ) -> Sample:
+        """A copy with the gauges, the requests pending outside them, or paused, as given."""
         return Sample(
-            self.running,
+            self.running if running is None else running,
             self.generation,
             self.prompt,
             self.t,
-            self.waiting,
+            self.waiting if waiting is None else waiting,
             signals=self.signals,
             pending=self.pending if pending is None else pending,
+            owed=self.owed if owed is None else owed,
             paused=self.paused if paused is None else paused,
             answered=self.answered,
         )
 
     def _key(self) -> tuple[object, ...]:
         numbers = tuple(getattr(self, name) for name in _FIELDS)
-        return (*numbers, tuple(self.signals.items()), self.pending, self.paused, self.answered)
+        return (*numbers, tuple(self.signals.items()), self.pending, self.owed, self.paused, self.answered)
 
     def __repr__(self) -> str:
         inner = ", ".join(f"{name}={getattr(self, name)!r}" for name in _FIELDS)
         extra = f", signals={self.signals!r}" if self.signals else ""
         extra += f", pending={self.pending!r}" if self.pending else ""
+        extra += f", owed={self.owed!r}" if self.owed else ""
         extra += f", paused={self.paused!r}" if self.paused else ""
         extra += "" if self.answered else ", answered=False"
         return f"Sample({inner}{extra})"
@@ -235,13 +256,15 @@ class Sample:
         return hash(self._key())
 
     def to_dict(self) -> dict[str, object]:
-        """A JSON-able dict: the five numbers, and `signals` (name to value), `pending`, `paused` and
-        `answered` when they are not their defaults."""
+        """A JSON-able dict: the five numbers, and `signals` (name to value), `pending`, `owed`, `paused`
+        and `answered` when they are not their defaults."""
         data: dict[str, object] = {name: getattr(self, name) for name in _FIELDS}
         if self.signals:
             data["signals"] = dict(self.signals)
         if self.pending:
             data["pending"] = self.pending
+        if self.owed:
+            data["owed"] = self.owed
         if self.paused:
             data["paused"] = self.paused
         if not self.answered:
@@ -268,13 +291,18 @@ class Sample:
         pending = data.get("pending", 0.0)
         if isinstance(pending, bool) or not isinstance(pending, (int, float)):
             raise ValueError(f"sample pending must be a number (got {pending!r})")
+        owed = data.get("owed", 0.0)
+        if isinstance(owed, bool) or not isinstance(owed, (int, float)):
+            raise ValueError(f"sample owed must be a number (got {owed!r})")
         paused = data.get("paused", "")
         if not isinstance(paused, str):
             raise ValueError(f"sample paused must be a string (got {paused!r})")
         answered = data.get("answered", True)
         if not isinstance(answered, bool):
             raise ValueError(f"sample answered must be true or false (got {answered!r})")
-        return cls(*values, signals=signals, pending=float(pending), paused=paused, answered=answered)
+        return cls(
+            *values, signals=signals, pending=float(pending), owed=float(owed), paused=paused, answered=answered
+        )
 
 
 class State:
@@ -345,8 +373,11 @@ class Assessment:
         return f"Assessment({self.verdict}, {self.state!r}, reason={self.reason!r}, stalled_for={self.stalled_for!r})"
 
 
-def _busy(sample: Sample, include_waiting: bool) -> bool:
-    return sample.running > 0 or sample.pending > 0 or (include_waiting and sample.waiting > 0)
+def _busy(sample: Sample, include_waiting: bool | None) -> bool:
+    """Whether the engine owes work: requests running, pending outside its gauges, or waiting and owed
+    (include_waiting None: those the reader says are owed; True: every waiting one; False: none)."""
+    waiting = sample.owed if include_waiting is None else sample.waiting if include_waiting else 0.0
+    return sample.running > 0 or sample.pending > 0 or waiting > 0
 
 
 def assess(
@@ -355,12 +386,13 @@ def assess(
     window: float = DEFAULT_WINDOW,
     saturation: float = DEFAULT_SATURATION,
     *,
-    include_waiting: bool = False,
+    include_waiting: bool | None = None,
 ) -> Assessment:
     """Judge `sample` against the history in `state` (None: no history). Pure: mutates nothing.
 
-    `include_waiting` counts queued requests as work, so an engine with nothing running but a queue
-    that does not move is judged like a busy one. Off by default: running == 0 is idle.
+    `include_waiting` says which waiting requests are work owed, so that an engine with nothing running
+    and a queue that does not move is judged like a busy one: None (the default) those the sample says
+    are owed (`Sample.owed`: waiting for capacity), True every waiting request, False none.
     """
     if not window > 0:
         raise ValueError(f"window must be > 0 (got {window!r})")
@@ -409,7 +441,7 @@ def step(
     window: float = DEFAULT_WINDOW,
     saturation: float = DEFAULT_SATURATION,
     *,
-    include_waiting: bool = False,
+    include_waiting: bool | None = None,
 ) -> tuple[Verdict, State]:
     """One detector step: the verdict for `sample` and the state to pass to the next step."""
     result = assess(state, sample, window, saturation, include_waiting=include_waiting)
@@ -421,7 +453,7 @@ def replay(
     window: float = DEFAULT_WINDOW,
     saturation: float = DEFAULT_SATURATION,
     *,
-    include_waiting: bool = False,
+    include_waiting: bool | None = None,
 ) -> list[Verdict]:
     """Fold `step` over `samples` from no history; the verdict of each sample, in order."""
     state: State | None = None
@@ -462,7 +494,7 @@ def assess_engines(
     window: float = DEFAULT_WINDOW,
     saturation: float = DEFAULT_SATURATION,
     *,
-    include_waiting: bool = False,
+    include_waiting: bool | None = None,
 ) -> EnginesAssessment:
     """Judge each engine of `samples` against its own history in `states`; the page is its worst engine.
 

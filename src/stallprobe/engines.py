@@ -23,6 +23,7 @@ __all__ = [
     "SGLANG",
     "VLLM",
     "Dialect",
+    "Owing",
     "PauseSign",
     "Serving",
     "choose",
@@ -49,6 +50,64 @@ class PauseSign:
         return f"PauseSign({self.family!r})"
 
 
+class Owing:
+    """Which of an engine's waiting requests it owes work (the detector's `Sample.owed`), from its page.
+
+    With `family` on the page (a gauge of waiting requests by `label`): the series whose label is one of
+    `owed`; none of them while any series is one of `deferred` and `strict` (the engine waits on something
+    of its own, which the owed ones may be waiting behind). Without it: every waiting request when
+    `without`, else none. `excuses` are families whose series (those with `excuse_label` = `excuse_value`,
+    if given) summing above zero say that the engine waits on something of its own; `held_by` are family
+    name prefixes that show a KV connector, whose blocks held for a peer excuse a queue while the KV
+    cache is in use (the dialect's first signal) and nothing runs.
+    """
+
+    __slots__ = (
+        "deferred",
+        "excuse_label",
+        "excuse_value",
+        "excuses",
+        "family",
+        "held_by",
+        "label",
+        "owed",
+        "strict",
+        "without",
+    )
+
+    def __init__(
+        self,
+        family: str = "",
+        *,
+        label: str = "",
+        owed: Sequence[str] = (),
+        deferred: Sequence[str] = (),
+        strict: bool = False,
+        without: bool = False,
+        excuses: Sequence[str] = (),
+        excuse_label: str = "",
+        excuse_value: str = "",
+        held_by: Sequence[str] = (),
+    ) -> None:
+        self.family = family
+        self.label = label
+        self.owed = tuple(owed)
+        self.deferred = tuple(deferred)
+        self.strict = strict
+        self.without = without
+        self.excuses = tuple(excuses)
+        self.excuse_label = excuse_label
+        self.excuse_value = excuse_value
+        self.held_by = tuple(held_by)
+
+    def __repr__(self) -> str:
+        return f"Owing({self.family!r}, without={self.without!r})"
+
+
+# Every waiting request is owed: the engine's waiting gauge counts only requests waiting for a free slot.
+ALL_OWED = Owing(without=True)
+
+
 class Dialect:
     """The names under which one engine publishes what the detector reads."""
 
@@ -58,14 +117,17 @@ class Dialect:
         "generation",
         "health_route",
         "hints",
+        "live_route",
         "load_route",
         "name",
+        "owing",
         "pause_route",
         "pause_signs",
         "port",
         "prompt",
         "running",
         "signals",
+        "totals",
         "waiting",
     )
 
@@ -86,6 +148,9 @@ class Dialect:
         pause_route: str = "",
         load_route: str = "",
         health_route: str = "/health",
+        owing: Owing = ALL_OWED,
+        totals: tuple[str, str] = ("", ""),
+        live_route: str = "",
     ) -> None:
         self.name = name
         self.running = running  # gauge: requests in the running batch; busy means > 0
@@ -105,6 +170,14 @@ class Dialect:
         self.load_route = load_route
         # The route that answers 2xx once the engine serves (llama.cpp's says 503 "Loading model" before).
         self.health_route = health_route
+        # Which waiting requests the engine owes work.
+        self.owing = owing
+        # A route with the scheduler's own running and waiting counts, fresher than the page's gauges
+        # ("" when it has none); asked only when the engine would otherwise be suspect or stalled.
+        self.live_route = live_route
+        # (label, value): a gauge series with `label` set to anything but `value` is a breakdown of the
+        # total that the series with `value` (or without the label) carries, so it is not added.
+        self.totals = totals
 
     def with_names(
         self,
@@ -134,6 +207,9 @@ class Dialect:
             pause_route=self.pause_route,
             load_route=self.load_route,
             health_route=self.health_route,
+            owing=self.owing,
+            totals=self.totals,
+            live_route=self.live_route,
         )
 
     def required(self) -> tuple[str, str, str]:
@@ -159,6 +235,28 @@ class Dialect:
 #   VLLM_SERVER_DEV_MODE=1) shows on no metric: GET /is_paused answers {"is_paused": true}, through the
 #   engine core, so it hangs when the core is wedged (the probe gives it a deadline, and no answer is
 #   never paused). /load counts in-flight HTTP requests with --enable-server-load-tracking (else 0).
+# - owed waiting (0.20 and later; 0.32 and 0.33 alike): vllm:num_requests_waiting_by_reason splits the
+#   waiting gauge, per engine, into `capacity` and `deferred` (v1/metrics/loggers.py; the two always sum
+#   to it). Deferred are requests the scheduler skips for a reason of its own: a grammar compile, a KV
+#   load from a remote peer, the LoRA budget, an idle streaming-input session, a connector that cannot
+#   say yet (v1/core/sched/scheduler.py); capacity is every other one. With nothing running, a healthy
+#   scheduler admits a capacity request at its next step (nothing else holds the budget or the KV
+#   cache), so capacity > 0 with nothing running and nothing moving for the window is a wedge: the one
+#   users report most (running 0, waiting 3, /health 200). Not owed:
+#   - any capacity request while some are deferred (strict): idle streaming sessions hold run slots and
+#     remote KV loads reserve blocks, and the ones waiting for capacity may be waiting behind them;
+#   - on a KV consumer's page, while KV fetches are in progress (vllm:num_requests_kv_fetch_by_stage,
+#     0.32 and later, only on a consumer's page): their reserved blocks are what the queue waits for;
+#   - while a KV connector's families are on the page and the KV cache is in use with nothing running:
+#     a prefill instance keeps finished requests' blocks until the decode side reads them (NIXL's lease
+#     30 s, Mooncake's up to 480 s);
+#   - a pause or sleep (every mode leaves the queue as capacity and freezes the page): `paused`.
+#   A request refused at admission (vllm:admission_rejections_total, --max-num-queued-*) never enters
+#   the queue: it is answered 503 by the API server. Before 0.20 the page has no breakdown, and its
+#   waiting gauge counts grammar compiles, remote KV loads and LoRA skips too: none is owed, unless
+#   --include-waiting says so.
+# - prompt tokens move once per request, when its first token is out (v1/metrics/stats.py, 0.32 and
+#   0.33): a long prefill moves no counter, only the KV-cache usage, chunk by chunk.
 VLLM = Dialect(
     "vllm",
     running="vllm:num_requests_running",
@@ -176,6 +274,23 @@ VLLM = Dialect(
     ),
     pause_route="/is_paused",
     load_route="/load",
+    owing=Owing(
+        "vllm:num_requests_waiting_by_reason",
+        label="reason",
+        owed=("capacity",),
+        deferred=("deferred",),
+        strict=True,
+        excuses=("vllm:num_requests_kv_fetch_by_stage",),
+        excuse_label="stage",
+        excuse_value="in_progress",
+        held_by=(
+            "vllm:nixl_",
+            "vllm:kv_offload_",
+            "vllm:mooncake_store_",
+            "vllm:hisparse_",
+            "vllm:num_requests_kv_fetch_",
+        ),
+    ),
 )
 
 # SGLang (python/sglang/srt/metrics/collector.py, with --enable-metrics) is always multiprocess: the
@@ -186,6 +301,15 @@ VLLM = Dialect(
 # num_used_tokens and token_usage follow the KV cache like vLLM's usage does. Newer SGLang labels series
 # by dp_rank (and tp_rank, pp_rank); a data-parallel rank is an engine. num_paused_reqs counts requests
 # held by an RL weight sync (0.5.23 declares it and resets it; nothing else sets it yet).
+# Owed waiting: num_queue_reqs is the scheduler's waiting_queue alone (0.5.23 metrics_reporter.py):
+# grammar compiles (num_grammar_queue_reqs) and the disaggregation queues (bootstrap, prealloc, transfer:
+# work owed by a peer or the network) have gauges of their own, never counted. With priority scheduling
+# the running and queue gauges carry the total under priority="" beside one series per priority.
+# The scheduler writes those gauges only after a batch (every decode_log_interval steps) or when fully
+# idle, so while requests wait on something and nothing runs the page keeps the last batch (running 3,
+# frozen counters) - a decode instance waiting on its prefill peer would look wedged. GET /v1/loads has
+# the scheduler's own counts, republished every 50 ms while it waits (scheduler.py
+# LOAD_STALL_REFRESH_S): asked only when the page looks stuck, its numbers replace the page's.
 SGLANG = Dialect(
     "sglang",
     running="sglang:num_running_reqs",
@@ -202,13 +326,17 @@ SGLANG = Dialect(
     port=30000,
     hints=("sglang",),
     pause_signs=(PauseSign("sglang:num_paused_reqs", "requests paused for a weight sync"),),
+    totals=("priority", ""),
+    live_route="/v1/loads",
 )
 
 # llama.cpp's server (tools/server, with --metrics) counts tokens_predicted_total only when a request
 # finishes: it stayed flat through a 3000-token generation on a real server. n_decode_total counts every
 # llama_decode() call, so it is the heartbeat. Its numbers are printed with 6 significant digits, so
 # above 1e6 an advance smaller than the last printed digit is invisible between two scrapes; the line
-# says so when that may be why nothing moved. One server is one engine: no label.
+# says so when that may be why nothing moved. One server is one engine: no label. requests_deferred
+# counts tasks that found no free slot (tools/server: the only reasons are a busy slot or too few free
+# ones), and a released slot takes the next at once: every one is owed.
 LLAMACPP = Dialect(
     "llamacpp",
     running="llamacpp:requests_processing",
@@ -292,7 +420,11 @@ def read_engines(page: bytes, t: float, dialect: Dialect = VLLM, extra: Sequence
     missing required family.
     """
     wanted = (dialect.running, dialect.generation, dialect.prompt, dialect.waiting)
-    series = {name: find_series(page, name) for name in wanted}
+    by, whole = dialect.totals
+    series = {
+        name: [(labels, value) for labels, value in find_series(page, name) if labels.get(by, whole) == whole]
+        for name in wanted
+    }
     missing = [name for name in wanted[:3] if not series[name] and not is_declared(page, name)]
     if missing:
         if _html(page):
@@ -308,32 +440,51 @@ def read_engines(page: bytes, t: float, dialect: Dialect = VLLM, extra: Sequence
         return labels[label] if split and label is not None else ""
 
     engines = sorted({engine_of(labels) for labels in all_series}) or [""]
+
+    def totals(family: str, key: str = "", values: Sequence[str] = ()) -> dict[str, float]:
+        """Each engine's sum of `family`'s series (only those whose label `key` is one of `values`, if a
+        key is given). A series without the engine label is evidence for every engine."""
+        found: dict[str, float] = {}
+        for labels, value in find_series(page, family):
+            if key and labels.get(key) not in values:
+                continue
+            for engine in [labels[split_by]] if split_by and split_by in labels else engines:
+                if engine in sums:
+                    # Two huge finite values can sum past the largest float: check the sum, not the parts.
+                    found[engine] = _finite(family, found.get(engine, 0.0) + _finite(family, value))
+        return found
+
+    split_by = label if split and label is not None else ""
     sums = {engine: dict.fromkeys(wanted, 0.0) for engine in engines}
     for name, found in series.items():
         for labels, value in found:
             sums[engine_of(labels)][name] += _finite(name, value)
     signals: dict[str, dict[str, float]] = {engine: {} for engine in engines}
     for name in dict.fromkeys((*dialect.signals, *extra)):  # a signal named twice counts once
-        for labels, value in find_series(page, name):
-            _finite(name, value)
-            # A signal series without the engine label is evidence for every engine.
-            owners = [labels[label]] if split and label is not None and label in labels else engines
-            for engine in owners:
-                if engine in signals:
-                    # Two huge finite values can sum past the largest float: check the sum, not the parts.
-                    signals[engine][name] = _finite(name, signals[engine].get(name, 0.0) + value)
+        for engine, value in totals(name).items():
+            signals[engine][name] = value
     paused: dict[str, list[str]] = {engine: [] for engine in engines}
     for sign in dialect.pause_signs:
-        totals: dict[str, float] = {}
-        for labels, value in find_series(page, sign.family):
-            if sign.label and labels.get(sign.label) != sign.value:
-                continue
-            for engine in [labels[label]] if split and label is not None and label in labels else engines:
-                if engine in paused:
-                    totals[engine] = _finite(sign.family, totals.get(engine, 0.0) + value)
-        for engine, total in totals.items():
+        for engine, total in totals(sign.family, sign.label, (sign.value,)).items():
             if (total == 0) if sign.when_zero else (total > 0):
                 paused[engine].append(sign.why)
+    owing = dialect.owing
+    owed: dict[str, float] = {}
+    for engine in engines:
+        owed[engine] = sums[engine][dialect.waiting] if owing.without else 0.0
+    if owing.family and (has_samples(page, owing.family) or is_declared(page, owing.family)):
+        capacity = totals(owing.family, owing.label, owing.owed)
+        deferred = totals(owing.family, owing.label, owing.deferred)
+        for engine in engines:
+            owed[engine] = 0.0 if owing.strict and deferred.get(engine, 0.0) > 0 else capacity.get(engine, 0.0)
+    for family in owing.excuses:
+        for engine, total in totals(family, owing.excuse_label, (owing.excuse_value,)).items():
+            if total > 0:
+                owed[engine] = 0.0
+    if dialect.signals and any(prefix.encode() in page for prefix in owing.held_by):
+        for engine in engines:
+            if signals[engine].get(dialect.signals[0], 0.0) > 0:  # the KV cache holds blocks for a peer
+                owed[engine] = 0.0
     return {
         engine: Sample(
             _finite(dialect.running, sums[engine][dialect.running]),
@@ -342,6 +493,7 @@ def read_engines(page: bytes, t: float, dialect: Dialect = VLLM, extra: Sequence
             t,
             _finite(dialect.waiting, sums[engine][dialect.waiting]),
             signals=signals[engine],
+            owed=owed[engine],
             paused="; ".join(paused[engine]),
         )
         for engine in engines

@@ -95,6 +95,11 @@ def observe(
         from .api import ask_idle
 
         samples, note = ask_idle(samples, previous, settings, base=base, dialect=dialect, facts=facts, now=now)
+    if dialect.live_route and _would_be_stuck(previous, samples, settings):
+        # The scheduler's own counts, where the page's may be a stale batch (SGLang); no answer: the page.
+        from .api import ask_live
+
+        samples = ask_live(samples, base, dialect.live_route, settings.key) or samples
     if dialect.pause_route and _would_be_stuck(previous, samples, settings):
         # Asked only now, so a healthy look costs nothing more; no answer is never "paused".
         from .api import ask_paused
@@ -132,4 +137,4 @@ def budget(settings: LookSettings, *, readiness: bool = False) -> float:
     from .api import PAUSE_QUERY_TIMEOUT
 
     asks = (settings.server_load, settings.canary, readiness)  # the canary: both its exchanges in one
-    return settings.timeout * (1 + sum(asks)) + PAUSE_QUERY_TIMEOUT
+    return settings.timeout * (1 + sum(asks)) + 2 * PAUSE_QUERY_TIMEOUT  # /is_paused, or /v1/loads

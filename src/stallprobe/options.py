@@ -108,6 +108,28 @@ def switch(name: str, text: str) -> bool:
     raise UsageError(f"{name} must be 1 or 0 (got {text!r})")
 
 
+# --include-waiting: which waiting requests are work the engine owes. The words, and the switch's old
+# spellings (a bare flag, 1/0 in the environment), which keep their meaning.
+_WAITING = {"auto": None, "always": True, "never": False}
+_WAITING_ALIASES = {"": None, "1": True, "true": True, "yes": True, "on": True}
+_WAITING_ALIASES.update({"0": False, "false": False, "no": False, "off": False})
+
+
+def waiting_mode(name: str, text: str) -> bool | None:
+    """auto (None: those waiting for capacity while nothing runs), always (True) or never (False)."""
+    key = text.strip().lower()
+    if key in _WAITING:
+        return _WAITING[key]
+    if key in _WAITING_ALIASES:
+        return _WAITING_ALIASES[key]
+    raise UsageError(f"{name} must be auto, always or never (got {_shown(text)})")
+
+
+def waiting_word(value: bool | None) -> str:
+    """The word that --include-waiting reads back as `value`."""
+    return next(word for word, mode in _WAITING.items() if mode is value)
+
+
 def metric_name(name: str, text: str) -> str:
     # Prometheus metric names: letters, digits, _ and :, not starting with a digit.
     ok = text and not text[0].isdigit() and all(ch.isascii() and (ch.isalnum() or ch in "_:") for ch in text)
@@ -175,7 +197,7 @@ class Option:
     """One flag: its metavar ("" for a switch; ending in "..." when it may repeat), how its text is read,
     its default, what it means, and the environment variable the probe also reads it from."""
 
-    __slots__ = ("default", "env", "env_shown", "flag", "help", "key", "metavar", "read", "short", "shown")
+    __slots__ = ("bare", "default", "env", "env_shown", "flag", "help", "key", "metavar", "read", "short", "shown")
 
     def __init__(
         self,
@@ -189,6 +211,7 @@ class Option:
         shown: str = "",
         env_shown: str = "",
         short: str = "",
+        bare: str = "",
     ) -> None:
         self.flag = flag
         self.key = flag[2:].replace("-", "_")  # the name of its value in Values
@@ -198,6 +221,9 @@ class Option:
         self.help = help
         self.env = env
         self.short = short  # a one-letter alias (-f)
+        # The text a flag given without a value means, for a flag whose value is optional ("" when it is
+        # not): `--flag` is `--flag=BARE`; `--flag=VALUE`, or `--flag VALUE` when VALUE reads, gives one.
+        self.bare = bare
         # The default as --help and the README show it; env_shown, for a command that reads the
         # environment, when the environment can supply it.
         self.shown = shown or ("off" if not metavar else num(default) if isinstance(default, float) else str(default))
@@ -205,7 +231,7 @@ class Option:
 
     @property
     def is_switch(self) -> bool:
-        return not self.metavar
+        return not self.metavar and not self.bare
 
     @property
     def repeats(self) -> bool:
@@ -250,7 +276,14 @@ SATURATION = Option(
 )
 ENGINE = Option("--engine", "NAME", engine, "auto", ", ".join(ENGINE_NAMES), env="STALLPROBE_ENGINE")
 INCLUDE_WAITING = Option(
-    "--include-waiting", "", switch, False, "queued requests count as work", env="STALLPROBE_INCLUDE_WAITING"
+    "--include-waiting",
+    "",
+    waiting_mode,
+    None,
+    "which waiting requests are owed work: auto (waiting for capacity, nothing running), always (bare), never",
+    env="STALLPROBE_INCLUDE_WAITING",
+    shown="auto",
+    bare="always",
 )
 PROGRESS_METRIC = Option(
     "--progress-metric",
@@ -523,7 +556,7 @@ class EngineSettings(Settings):
     window: float
     saturation: float
     engine: str
-    include_waiting: bool
+    include_waiting: bool | None
     progress_metric: tuple[str, ...]
     running_metric: str | None
     waiting_metric: str | None
@@ -599,6 +632,11 @@ def parse(
             if eq:
                 raise UsageError(f"{flag} takes no value (got {_shown(arg)})")
             text = "1"
+        elif option.bare and not eq:
+            text = option.bare
+            if i < len(args) and _reads(option, args[i]):
+                text = args[i]
+                i += 1
         elif not eq:
             if i >= len(args):
                 raise UsageError(f"{flag} needs a value")
@@ -623,6 +661,14 @@ def parse(
     config.given = frozenset(raw)
     config.positional = tuple(rest)
     return config
+
+
+def _reads(option: Option, text: str) -> bool:
+    try:
+        option.read(option.flag, text)
+    except UsageError:
+        return False
+    return not text.startswith("-")
 
 
 def _shown(text: str) -> str:
@@ -660,7 +706,7 @@ def help_lines(options: Sequence[Option], *, environment: bool = True) -> list[s
     lines = []
     for option in options:
         flag = f"{option.short}, {option.flag}" if option.short else option.flag
-        left = f"{flag} {option.metavar}".strip()
+        left = f"{flag}[=WHEN]" if option.bare else f"{flag} {option.metavar}".strip()
         env = f"{option.env:29} " if environment else ""
         shown = option.env_shown if environment else option.shown
         lines.append(f"  {left:27} {env}{option.help} (default {shown})")

@@ -27,6 +27,7 @@ __all__ = [
     "json_fields",
     "note",
     "num",
+    "owed",
     "secs",
 ]
 
@@ -79,6 +80,16 @@ def frozen(one: Assessment, precision: str) -> str:
     """How long nothing has moved, and why that may be the engine's printer rather than the engine."""
     text = f"no token progress for {secs(one.stalled_for)} s"
     return f"{text}; {precision}" if precision else text
+
+
+def owed(sample: Sample) -> str:
+    """Which requests a frozen engine with nothing running owes: "" when requests run (or are pending
+    outside its gauges: their words are in the head), else those waiting and why they count."""
+    if sample.running or sample.pending or not sample.waiting or not sample.answered:
+        return ""
+    if sample.owed:
+        return f"{num(sample.owed)} waiting for capacity, nothing running"
+    return f"{num(sample.waiting)} waiting, counted by --include-waiting, nothing running"
 
 
 def paused_for(one: Assessment) -> float:
@@ -136,6 +147,7 @@ def describe(
             line += f"; {SATURATED_NOTE}"
     else:
         line = f"{head}; {frozen(worst, '')} (window {num(window)} s)" + (f"; {precision}" if precision else "")
+        line += f"; {owed(s)}" if owed(s) else ""
     return f"{line}; {note}" if note else line
 
 
@@ -148,7 +160,8 @@ def note(
     if one.verdict is Verdict.SATURATED:
         return SATURATED_NOTE
     if one.verdict in (Verdict.SUSPECT, Verdict.STALLED):
-        return frozen(one, precision)
+        why = owed(one.state.last)
+        return f"{frozen(one, precision)}; {why}" if why else frozen(one, precision)
     return ""
 
 
@@ -170,6 +183,7 @@ def json_fields(
         # Page totals: with several engines, the sums; the worst engine's own numbers are in "engines".
         "running": total("running"),
         "waiting": total("waiting"),
+        "owed_waiting": total("owed"),
         "prompt_tokens": total("prompt"),
         "generation_tokens": total("generation"),
         "stalled_for": worst.stalled_for,
@@ -183,6 +197,7 @@ def json_fields(
                 "verdict": one.verdict.value,
                 "running": one.state.last.running,
                 "waiting": one.state.last.waiting,
+                "owed_waiting": one.state.last.owed,
                 "prompt_tokens": one.state.last.prompt,
                 "generation_tokens": one.state.last.generation,
                 "stalled_for": one.stalled_for,

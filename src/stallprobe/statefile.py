@@ -2,7 +2,8 @@
 
 Format: UTF-8 text, one `key value` per line, the first line `stallprobe-state 3`, then `boot_id`, then
 what the probe remembers of the page as a whole (`fact NAME VALUE`: when the last canary went out), then
-for each engine an `engine NAME` line followed by its fields (`running 4.0`, ..., `stall_since none`,
+for each engine an `engine NAME` line followed by its fields (`running 4.0`, ..., `owed 0.0` (a file
+without it, written before it existed, reads as 0), `stall_since none`,
 `paused_since none`, `answered 1`, `paused WHY` when paused) and its signals (`signal NAME VALUE`).
 Names and the pause's why are percent-encoded outside [A-Za-z0-9_.:-]. Not JSON
 because the json module pulls in `re` and costs a quarter of the interpreter's own start on every probe
@@ -40,7 +41,7 @@ _BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 _SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-")
 _NAME_SAFE = _SAFE | frozenset("_:")
 # Numbers of an engine's last sample, then the times of its state (`none` when unset).
-_NUMBERS = ("running", "generation", "prompt", "t", "waiting", "pending")
+_NUMBERS = ("running", "generation", "prompt", "t", "waiting", "pending", "owed")
 _TIMES = ("stall_since", "paused_since")
 _HINT = "mount an emptyDir at /tmp or point --state-file elsewhere"
 # The file type bits of st_mode (stat.S_IFMT and friends, without the stat module).

@@ -16,7 +16,7 @@ import sys
 
 from .. import __version__
 from ..errors import ExitCode, InjectError, exit_lines
-from ..options import INJECT, PASSED_ON, EngineSettings, help_lines, parse
+from ..options import INJECT, PASSED_ON, EngineSettings, help_lines, parse, waiting_word
 from ..report import num
 from .core import Options, configmap, container_fields, inject
 from .decide import Decision
@@ -94,6 +94,8 @@ def _probe_args(config: InjectConfig) -> list[str]:
         value = getattr(config, option.key)
         if option.is_switch:
             args += [option.flag] if value else []
+        elif option.bare:  # --include-waiting: its word, in the one form that cannot be misread
+            args.append(f"{option.flag}={waiting_word(value)}")
         elif option.repeats:
             for word in value:
                 args += [option.flag, word]

@@ -86,6 +86,7 @@ class Row:
         "message",
         "name",
         "note",
+        "owed",
         "prompt_rate",
         "ready",
         "ready_message",
@@ -109,6 +110,7 @@ class Row:
         dialect: str | None = None,
         running: float | None = None,
         waiting: float | None = None,
+        owed: float | None = None,
         prompt_rate: float | None = None,
         generation_rate: float | None = None,
         stalled_for: float = 0.0,
@@ -126,6 +128,7 @@ class Row:
         self.dialect = dialect
         self.running = running
         self.waiting = waiting
+        self.owed = owed  # of the waiting, those the engine owes work (waiting for capacity)
         self.prompt_rate = prompt_rate  # tokens per second since the last poll; None without one
         self.generation_rate = generation_rate
         self.stalled_for = stalled_for
@@ -347,6 +350,7 @@ def _engine_row(
         dialect=dialect_name,
         running=sample.running,
         waiting=sample.waiting,
+        owed=sample.owed,
         prompt_rate=prompt_rate,
         generation_rate=generation_rate,
         stalled_for=one.stalled_for,

@@ -100,6 +100,11 @@ def render_metrics(board: Board) -> bytes:
     for name, field, doc in (
         ("stallprobe_engine_running_requests", "running", "Requests the engine is running."),
         ("stallprobe_engine_waiting_requests", "waiting", "Requests waiting in the engine's queue."),
+        (
+            "stallprobe_engine_owed_waiting_requests",
+            "owed",
+            "Waiting requests the engine owes work (waiting for capacity, not deferred by the engine).",
+        ),
     ):
         family(name, "gauge", doc)
         for row in rows:

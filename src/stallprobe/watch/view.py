@@ -122,6 +122,7 @@ def row_json(row: Row) -> dict[str, object]:
         "ready": row.ready,
         "running": row.running,
         "waiting": row.waiting,
+        "owed_waiting": row.owed,
         "prompt_tokens_per_s": _round(row.prompt_rate),
         "generation_tokens_per_s": _round(row.generation_rate),
         "held_for": round(row.held_for, 3),
