@@ -2,7 +2,7 @@
 http.server), with an inference engine's routes and a state the test sets.
 
 - `GET /metrics`: the page of the engine's dialect (vLLM, SGLang or llama.cpp's server, as conftest writes
-  them) for its state: running and waiting requests (vLLM: waiting by reason too), the token counters,
+  them) for its state: running and waiting requests (vLLM: by reason, when given), the token counters,
   the KV-cache usage, vLLM's sleep state. The counters advance by their step at every scrape, so what a
   watcher sees depends on its scrapes, never on how fast the machine is; with a step of 0 (the default)
   they stay where they are.
@@ -98,7 +98,9 @@ class StubEngine:
         self.running, self.waiting = running, waiting
         self.generation, self.prompt = generation, prompt
         self.generation_step = self.prompt_step = 0.0
-        self.waiting_by_reason: dict[str, float] | None = None  # vLLM's; None: all of them "capacity"
+        # vLLM's (0.20 and later) by reason, e.g. {"capacity": 3, "deferred": 0}; None: not on the page, as
+        # before 0.20, so the page cannot tell which waiting requests the engine owes work.
+        self.waiting_by_reason: dict[str, float] | None = None
         self.kv_cache: float | None = None  # vLLM's kv_cache_usage_perc, SGLang's num_used_tokens
         self.decodes = 0.0  # llama.cpp's n_decode_total: one per scrape that moved
         self.wedged = self.paused = self.asleep = False
@@ -239,7 +241,7 @@ class StubEngine:
                 return llamacpp_page(self.running, self.generation, self.prompt, self.decodes, self.waiting)
             page = vllm_page(self.running, self.generation, self.prompt, self.waiting, model=self.model)
             labels = f'engine="0",model_name="{self.model}"'
-            reasons = self.waiting_by_reason or {"capacity": self.waiting, "deferred": 0.0}
+            reasons = self.waiting_by_reason or {}
             lines = [f'vllm:num_requests_waiting_by_reason{{{labels},reason="{r}"}} {n}' for r, n in reasons.items()]
             awake = {"awake": 0.0 if self.asleep else 1.0, "weights_offloaded": 1.0 if self.asleep else 0.0}
             lines += [f'vllm:engine_sleep_state{{{labels},sleep_state="{s}"}} {n}' for s, n in awake.items()]

@@ -493,7 +493,7 @@ BUILT = Path(__file__).parent / "fixtures" / "built"
 
 
 def test_requests_waiting_for_capacity_with_nothing_running_stall_with_default_flags(
-    stub: Stub, tmp_path: Path
+    stub: StubEngine, tmp_path: Path
 ) -> None:
     """The wedge users report most: running 0, 3 waiting for capacity, nothing moves, /health 200."""
     state = tmp_path / "probe.state"
@@ -524,7 +524,7 @@ def test_requests_waiting_for_capacity_with_nothing_running_stall_with_default_f
         ("vllm-0.32-kv-consumer-waiting-remote-kv.prom", "KV fetched from the prefill peer"),
     ],
 )
-def test_requests_the_engine_defers_are_never_owed(stub: Stub, tmp_path: Path, page: str, why: str) -> None:
+def test_requests_the_engine_defers_are_never_owed(stub: StubEngine, tmp_path: Path, page: str, why: str) -> None:
     state = tmp_path / "probe.state"
     stub.routes["/metrics"] = Route((BUILT / page).read_bytes())
     probe(stub, state)
@@ -535,7 +535,9 @@ def test_requests_the_engine_defers_are_never_owed(stub: Stub, tmp_path: Path, p
     assert probe(stub, state, "--include-waiting")[1].startswith("suspect: 0 running, 2 waiting")
 
 
-def test_a_paused_engine_with_requests_queued_for_capacity_is_paused_not_stalled(stub: Stub, tmp_path: Path) -> None:
+def test_a_paused_engine_with_requests_queued_for_capacity_is_paused_not_stalled(
+    stub: StubEngine, tmp_path: Path
+) -> None:
     """vLLM's /pause?mode=wait ends in the wedge's shape (running 0, capacity 3, frozen): /is_paused tells."""
     state = tmp_path / "probe.state"
     stub.routes["/metrics"] = Route((BUILT / "vllm-0.32-capacity-nothing-running.prom").read_bytes())
@@ -568,7 +570,7 @@ def loads(running: int, waiting: int, **peer: int) -> bytes:
     ids=["waiting_on_its_peer", "wedged_in_a_batch", "no_live_counts"],
 )
 def test_sglang_page_of_a_stale_batch_is_judged_by_the_schedulers_own_counts(
-    stub: Stub, tmp_path: Path, live: Route | None, verdict: str
+    stub: StubEngine, tmp_path: Path, live: Route | None, verdict: str
 ) -> None:
     """SGLang writes its gauges only after a batch: a decode instance waiting on its prefill peer shows the
     last batch running (3) with every counter frozen. /v1/loads has the scheduler's own numbers."""
