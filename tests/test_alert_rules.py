@@ -18,7 +18,13 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "check-alert-rules"
 RULES = REPO / "deploy" / "prometheus" / "stallprobe-rules.yaml"
-ALERTS = ("VLLMEngineStalled", "VLLMEngineSaturated", "SGLangEngineStalled", "SGLangEngineSaturated")
+ALERTS = (
+    "VLLMEngineStalled",
+    "VLLMEngineStalledQueued",
+    "VLLMEngineSaturated",
+    "SGLangEngineStalled",
+    "SGLangEngineSaturated",
+)
 
 
 def check_alert_rules(*args: str) -> subprocess.CompletedProcess[str]:
