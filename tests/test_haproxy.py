@@ -395,34 +395,42 @@ def test_a_wedged_engine_is_drained_long_before_it_is_restarted_and_a_saturated_
 
 
 @pytest.mark.needs("haproxy")
-def test_a_paused_engine_and_an_asleep_one_leave_the_rotation_until_they_resume(lb: Pool, tmp_path: Path) -> None:
+def test_paused_asleep_and_queued_behind_nothing_leave_the_rotation_until_they_move(lb: Pool, tmp_path: Path) -> None:
     steady = lb.add("steady", StubEngine(running=2))
     paused = lb.add("paused", StubEngine(running=3))
     asleep = lb.add("asleep", StubEngine(running=3))
-    for engine in (steady, paused, asleep):
-        engine.set(generation_step=5)
+    queued = lb.add("queued", StubEngine(running=3))
+    for engine in (steady, paused, asleep, queued):
+        engine.set(generation_step=5, waiting_by_reason={"capacity": 0, "deferred": 0})
     hook = Hook(tmp_path)
     client = lb.start(hook)
 
     stopped = time.monotonic()
     paused.pause()  # /is_paused says so; its counters freeze with requests running
     asleep.sleep()  # its page says so: engine_sleep_state{sleep_state="awake"} 0
-    outs = {role: lb.wait_for(role, "DOWN", stopped) for role in ("paused", "asleep")}
+    # The wedge users report most: nothing running, 3 waiting for capacity, every counter frozen.
+    queued.set(0, waiting=3, waiting_by_reason={"capacity": 3, "deferred": 0})
+    queued.wedge()
+    outs = {role: lb.wait_for(role, "DOWN", stopped) for role in ("paused", "asleep", "queued")}
     for role, (out, _) in outs.items():
         assert out - stopped <= OUT_WITHIN, f"{role} out after {out - stopped:.2f} s\n{lb.logs()}"
+    assert queued.moved_at is not None
+    assert outs["queued"][0] >= queued.moved_at + DRAIN_AFTER  # a wedge, so only after --drain-after
 
     resumed, resumed_mark = time.monotonic(), client.mark()
     paused.resume()
     asleep.wake()
-    for role, engine in (("paused", paused), ("asleep", asleep)):
+    queued.set(3, waiting=0, waiting_by_reason={"capacity": 0, "deferred": 0})
+    queued.unwedge()
+    for role, engine in (("paused", paused), ("asleep", asleep), ("queued", queued)):
         back, back_mark = lb.wait_for(role, "UP", resumed)
         assert back - resumed <= BACK_WITHIN, f"{role} back after {back - resumed:.2f} s\n{lb.logs()}"
         until(f"a request at {role} come back", partial(reached, engine, back_mark), log=lb.logs)
         assert [n for n in numbers(engine) if outs[role][1] < n <= resumed_mark] == [], lb.logs()
     stats = lb.show_stat()
-    assert [stats[lb.name[role]]["chkdown"] for role in ("steady", "paused", "asleep")] == ["0", "1", "1"]
+    assert [stats[lb.name[role]]["chkdown"] for role in lb.engines] == ["0", "1", "1", "1"]
     assert lb.statuses("steady") == ["UP"], lb.logs()
-    assert hook.runs() == []  # paused on purpose: never restarted
+    assert hook.runs() == []  # drained, and never restarted: the window is far off
 
 
 def test_the_readmes_lines_are_the_configurations() -> None:
