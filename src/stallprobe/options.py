@@ -42,7 +42,7 @@ DEFAULT_TIMEOUT = 3.0
 # per engine every 5 s is nothing next to what the engine serves.
 DEFAULT_INTERVAL = 5.0
 # Longer than a model takes to load (the README's startupProbe allows 10 minutes): a restarted engine is
-# not restarted again before it could have served a request. (The incident's watchdog held off 165 minutes.)
+# not restarted again before it could have served a request.
 DEFAULT_COOLDOWN = 600.0
 # A restart command (docker restart, systemctl restart) returns within a minute; five minutes is a hang.
 DEFAULT_HOOK_TIMEOUT = 300.0
