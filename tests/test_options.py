@@ -8,13 +8,14 @@ import typing
 import pytest
 
 from stallprobe import options
+from stallprobe.doctor import DoctorConfig
 from stallprobe.errors import UsageError
 from stallprobe.inject.command import InjectConfig
 from stallprobe.options import Option, Settings, parse
 from stallprobe.probe import Config as ProbeConfig
 from stallprobe.watch.poll import WatchConfig
 
-COMMANDS: list[type[Settings]] = [ProbeConfig, WatchConfig, InjectConfig]
+COMMANDS: list[type[Settings]] = [ProbeConfig, WatchConfig, InjectConfig, DoctorConfig]
 assert COMMANDS
 
 # What each reader returns (its value's type; a repeating option holds a tuple of them).

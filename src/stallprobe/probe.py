@@ -28,7 +28,8 @@ __all__ = ["Config", "configure", "help_text", "main", "run"]
 USAGE = """\
 usage: stallprobe [--url URL] [--window S] [--timeout S] [--engine NAME] [options]
        stallprobe watch URL [URL ...] [options]  watch a pool of engines (see watch --help)
-       stallprobe inject [-f FILE] [options]    put the probe into Kubernetes manifests (see inject --help)"""
+       stallprobe inject [-f FILE] [options]    put the probe into Kubernetes manifests (see inject --help)
+       stallprobe doctor [--url URL] [options]  look at an engine and say how to probe it (see doctor --help)"""
 
 
 def help_text() -> str:
