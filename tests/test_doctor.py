@@ -385,6 +385,16 @@ def test_a_busy_engine_frozen_past_the_window_is_stalled_now(serve: Callable[...
     assert run.command()[5:7] == ["--window", "0.5"]
 
 
+def test_requests_waiting_for_capacity_with_nothing_running_are_judged(serve: Callable[..., Stub]) -> None:
+    """The reported wedge (running 0, waiting 3, all for capacity): busy to the probe, and frozen."""
+    stub = serve({"/metrics": Route((BUILT / "vllm-0.32-capacity-nothing-running.prom").read_bytes())})
+    run = doctor(stub.url, seconds="1")
+    assert run.code == ExitCode.OK, run.out
+    assert run["moved"] == "nothing, while requests ran"
+    assert run["verdicts"] == "baseline, then suspect (window 120 s)"
+    assert run["last look"].endswith("(window 120 s); 3 waiting for capacity, nothing running")
+
+
 def test_an_engine_its_operator_paused_is_paused_and_fit(serve: Callable[..., Stub]) -> None:
     """The page of vLLM 0.32 2.5 s after /pause?mode=keep: frozen with requests running; /is_paused says so."""
     stub = serve(
