@@ -568,7 +568,8 @@ def _live_lines(config: DoctorConfig, dialect: Dialect) -> list[tuple[str, str]]
 
     route = dialect.live_route
     asked = _ask(origin(config.url) + route, config, PAUSE_QUERY_TIMEOUT)
-    if isinstance(asked.data, dict) and isinstance(asked.data.get("loads"), list):
+    loads = asked.data.get("loads") if isinstance(asked.data, dict) else None
+    if isinstance(loads, list) and loads:  # api.ask_live reads nothing from an empty list
         text = (
             f"{route} answers: when the page looks stuck, the probe reads the scheduler's own counts there "
             "(the page's gauges can show a stale batch)"
