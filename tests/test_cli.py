@@ -775,8 +775,8 @@ ENGINE_USAGE: list[tuple[list[str], dict[str, str], str]] = [
     (["--running-metric", "1bad"], {}, "--running-metric must be a Prometheus metric name (got '1bad')"),
     (["--progress-metric", "a b"], {}, "--progress-metric must be a Prometheus metric name (got 'a b')"),
     ([], {"STALLPROBE_PROGRESS_METRIC": "ok,bad-name"}, "STALLPROBE_PROGRESS_METRIC must be a Prometheus metric name"),
-    (["--include-waiting=1"], {}, "--include-waiting takes no value"),
-    ([], {"STALLPROBE_INCLUDE_WAITING": "sometimes"}, "STALLPROBE_INCLUDE_WAITING must be 1 or 0 (got 'sometimes')"),
+    (["--include-waiting=often"], {}, "--include-waiting must be auto, always or never (got 'often')"),
+    ([], {"STALLPROBE_INCLUDE_WAITING": "sometimes"}, "STALLPROBE_INCLUDE_WAITING must be auto, always or never"),
     (["--window", "1", "--window", "2"], {}, "--window given 2 times"),
 ]
 

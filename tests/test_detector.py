@@ -497,6 +497,7 @@ STATES = [
     State(Z(4, 2, 3, 50, "asleep (sleep mode)"), paused_since=20),
     State(C(2, 3, 60, pending=2), stall_since=55),
     State(Q(70), stall_since=70),
+    State(W(0, 2, 3, 80, 3, 2), stall_since=75),
 ]
 
 
@@ -510,7 +511,12 @@ def test_state_round_trips_through_a_json_able_dict(state: State) -> None:
     last = state.last
     assert set(data) == fields | {
         key
-        for key, given in (("pending", last.pending), ("paused", last.paused), ("answered", not last.answered))
+        for key, given in (
+            ("pending", last.pending),
+            ("owed", last.owed),
+            ("paused", last.paused),
+            ("answered", not last.answered),
+        )
         if given
     }
 
@@ -559,6 +565,9 @@ def test_state_from_a_bad_dict_says_what_is_wrong(data: dict[str, object], messa
         {"running": 1, "generation": 2, "prompt": 3, "t": 4, "waiting": 0, "pending": math.inf},
         {"running": 1, "generation": 2, "prompt": 3, "t": 4, "waiting": 0, "paused": 1},
         {"running": 1, "generation": 2, "prompt": 3, "t": 4, "waiting": 0, "answered": 0},
+        {"running": 1, "generation": 2, "prompt": 3, "t": 4, "waiting": 0, "owed": "1"},
+        {"running": 1, "generation": 2, "prompt": 3, "t": 4, "waiting": 0, "owed": True},
+        {"running": 1, "generation": 2, "prompt": 3, "t": 4, "waiting": 0, "owed": math.nan},
     ],
 )
 def test_state_from_a_bad_dict_is_a_value_error(data: dict[str, object]) -> None:
@@ -606,6 +615,8 @@ def test_sample_and_state_reprs_show_what_is_set() -> None:
         "Sample(running=1.0, generation=2.0, prompt=3.0, t=4.0, waiting=0.0, paused='asleep')"
     )
     assert repr(Q(4)) == "Sample(running=0.0, generation=0.0, prompt=0.0, t=4.0, waiting=0.0, answered=False)"
+    assert repr(W(0, 2, 3, 4, 5, 3)) == "Sample(running=0.0, generation=2.0, prompt=3.0, t=4.0, waiting=5.0, owed=3.0)"
+    assert W(0, 2, 3, 4, 5, 3) != W(0, 2, 3, 4, 5, 0)
     assert (
         repr(State(Z(1, 2, 3, 4), paused_since=2)) == f"State(last={Z(1, 2, 3, 4)!r}, stall_since=None, paused_since=2)"
     )
@@ -812,10 +823,24 @@ def test_bad_signal_entries_in_a_dict_are_refused() -> None:
 
 
 def test_replace_changes_only_what_it_is_given() -> None:
-    sample = Sample(1, 2, 3, 4, 5, signals={"kv": 0.5}, pending=2, paused="asleep", answered=False)
-    assert sample.replace() == sample
-    assert sample.replace(pending=0) == Sample(1, 2, 3, 4, 5, signals={"kv": 0.5}, paused="asleep", answered=False)
-    assert sample.replace(paused="") == Sample(1, 2, 3, 4, 5, signals={"kv": 0.5}, pending=2, answered=False)
+    def sample(
+        running: float = 1, waiting: float = 5, pending: float = 2, owed: float = 4, paused: str = "x"
+    ) -> Sample:
+        return Sample(running, 2, 3, 4, waiting, signals={"kv": 0.5}, pending=pending, owed=owed, paused=paused)
+
+    assert sample().replace() == sample()
+    assert sample().replace(pending=0) == sample(pending=0)
+    assert sample().replace(paused="") == sample(paused="")
+    assert sample().replace(owed=0) == sample(owed=0)
+    assert sample().replace(running=0, waiting=7, owed=6) == sample(running=0, waiting=7, owed=6)
+    assert Q(4).replace(pending=1).answered is False
+
+
+def test_a_sample_refuses_an_owed_count_that_is_not_finite() -> None:
+    with pytest.raises(ValueError, match=r"^Sample.owed must be a finite number \(got nan\)$"):
+        Sample(0, 1, 1, 1, 3, owed=math.nan)
+    with pytest.raises(ValueError, match=r"^sample owed must be a number \(got '2'\)$"):
+        Sample.from_dict({"running": 1, "generation": 2, "prompt": 3, "t": 4, "waiting": 0, "owed": "2"})
 
 
 # --- readiness: one rule for the probe's --ready and watch's /ready
@@ -905,6 +930,7 @@ def test_readiness_refuses_a_drain_window_that_is_not_positive(drain_after: floa
     result = judged(120, [E(e0=S(4, 0, 0, 0))])
     with pytest.raises(ValueError, match="drain_after must be > 0"):
         readiness(result, drain_after)
+    assert readiness(result, 0.5)[0] is True  # a drain window under a second is a window
 
 
 # --- when an engine looks idle enough to be asked about requests its gauges miss

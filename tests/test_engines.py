@@ -17,6 +17,7 @@ from stallprobe.engines import (
     SGLANG,
     VLLM,
     Dialect,
+    Owing,
     PauseSign,
     choose,
     detect,
@@ -36,6 +37,12 @@ REAL: dict[str, tuple[str, dict[str, tuple[float, float, float, float, float, di
     "vllm-0.32.0-cpu-multiprocess-idle.prom": ("vllm", {"0": (0, 0, 0, 0, 0, {})}),
     "vllm-0.32.0-cpu-paused-keep.prom": ("vllm", {"0": (4, 0, 0, 244, 2601, {KV: 0.002930045171529727})}),
     "vllm-0.32.0-cpu-asleep.prom": ("vllm", {"0": (0, 0, 0, 244, 2601, {KV: 0.0})}),
+    # Issue 17's wedge, staged on the real engine: all three waiting for capacity, owed.
+    "vllm-0.32.0-cpu-wedged-capacity.prom": ("vllm", {"0": (0, 3, 3, 61, 8, {KV: 0.0})}),
+    # The same wedge with a structured-output request deferred behind it: none owed while one is deferred.
+    "vllm-0.32.0-cpu-wedged-sticky-deferred.prom": ("vllm", {"0": (0, 4, 0, 61, 8, {KV: 0.0})}),
+    # A healthy grammar compile: deferred, not owed.
+    "vllm-0.32.0-cpu-deferred-grammar.prom": ("vllm", {"0": (0, 1, 0, 305, 64, {KV: 0.0})}),
     "vllm-v1-ahasannn-hwrouter-f7a8250.prom": ("vllm", {"0": (0, 0, 0, 0, 0, {KV: 0.0})}),
     "vllm-v1-inferstack-0.29.0-651cd61.prom": ("vllm", {"0": (0, 0, 0, 530, 584, {KV: 0.0})}),
     "vllm-v1-lmswitch-f5803ce.prom": ("vllm", {"0": (0, 0, 0, 3675428, 44995, {KV: 0.0})}),
@@ -500,6 +507,20 @@ def kv(usage: float) -> bytes:
     return f'vllm:kv_cache_usage_perc{{engine="0",model_name="m"}} {usage}\n'.encode()
 
 
+# vLLM's rule without `strict`: capacity is owed whatever is deferred beside it.
+VLLM_LENIENT = Dialect(
+    "vllm",
+    running=VLLM.running,
+    waiting=VLLM.waiting,
+    prompt=VLLM.prompt,
+    generation=VLLM.generation,
+    signals=VLLM.signals,
+    engine_label="engine",
+    port=8000,
+    hints=(),
+    owing=Owing("vllm:num_requests_waiting_by_reason", label="reason", owed=("capacity",), deferred=("deferred",)),
+)
+
 # (name, page, dialect, each engine's owed waiting requests)
 OWED: list[tuple[str, bytes, Dialect, dict[str, float]]] = [
     ("capacity_is_owed", vllm_page(0, 5, 5, 3) + by_reason("0", 3, 0), VLLM, {"0": 3}),
@@ -548,6 +569,30 @@ OWED: list[tuple[str, bytes, Dialect, dict[str, float]]] = [
         VLLM,
         {"0": 2, "1": 0},
     ),
+    (
+        "kv_fetches_none_in_progress_do_not",
+        vllm_page(0, 5, 5, 3) + by_reason("0", 3, 0) + KV_FETCH % (b"in_progress", 0) + kv(0.0),
+        VLLM,
+        {"0": 3},
+    ),
+    (
+        "a_connector_without_the_usage_gauge_does_not",
+        vllm_page(0, 5, 5, 3) + by_reason("0", 3, 0) + NIXL,
+        VLLM,
+        {"0": 3},
+    ),
+    (
+        "only_capacity_series_on_the_page",
+        vllm_page(0, 5, 5, 3) + b'vllm:num_requests_waiting_by_reason{engine="0",model_name="m",reason="capacity"} 3\n',
+        VLLM,
+        {"0": 3},
+    ),
+    (
+        "not_strict_counts_capacity_beside_deferred",
+        vllm_page(0, 5, 5, 3) + by_reason("0", 2, 1),
+        VLLM_LENIENT,
+        {"0": 2},
+    ),
     ("llamacpp_deferred_are_owed", llamacpp_page(0, 5, 5, 9, deferred=2), LLAMACPP, {"": 2}),
     ("sglang_queue_is_owed", sglang_page(0, 5, 5, waiting=4), SGLANG, {"": 4}),
 ]
@@ -568,6 +613,15 @@ def test_sglang_adds_the_total_of_a_priority_breakdown_once() -> None:
     page += b'sglang:prompt_tokens_total{model_name="m"} 7\nsglang:generation_tokens_total{model_name="m"} 9\n'
     sample = read_engines(page, 0.0, SGLANG)[""]
     assert (sample.running, sample.waiting, sample.owed) == (4, 5, 5)
+
+
+def test_an_owing_rule_and_a_dialect_default_to_every_waiting_request_owed() -> None:
+    rule = Owing()
+    fields = ("family", "label", "owed", "deferred", "strict", "without", "excuses", "excuse_label", "excuse_value")
+    assert [getattr(rule, name) for name in (*fields, "held_by")] == ["", "", (), (), False, False, (), "", "", ()]
+    plain = Dialect("x", running="r", waiting="w", prompt="p", generation="g", port=1, hints=("x",))
+    assert (plain.owing.without, plain.owing.family, plain.totals, plain.live_route) == (True, "", ("", ""), "")
+    assert repr(VLLM.owing) == "Owing('vllm:num_requests_waiting_by_reason', without=False)"
 
 
 def test_only_sglang_asks_its_scheduler_for_live_counts() -> None:

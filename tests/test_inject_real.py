@@ -161,13 +161,10 @@ def test_helm_post_renderer_contract() -> None:
     assert (bad.returncode, bad.stdout) == (2, "")
 
 
-KUBECTL = shutil.which("kubectl")
-
-
+@pytest.mark.needs("kubectl")
 def test_kubectl_kustomize_runs_inject_as_an_exec_transformer_plugin(tmp_path: Path) -> None:
     """Real `kubectl kustomize --enable-alpha-plugins`, with inject as the exec transformer plugin it runs
     (its kustomize has no --enable-exec for KRM functions; the ResourceList test above covers those)."""
-    assert KUBECTL is not None, ".ci/run installs kubectl"
     for name in ("lws-vllm-gpu-0e2e095.yaml", "gaie-vllm-gpu-deployment-092fdaa.yaml"):
         shutil.copy(MANIFESTS / name, tmp_path / name)
     plugin = tmp_path / "plugins" / "stallprobe.dev" / "v1" / "inject" / "Inject"
@@ -185,7 +182,7 @@ def test_kubectl_kustomize_runs_inject_as_an_exec_transformer_plugin(tmp_path: P
     )
     env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "KUSTOMIZE_PLUGIN_HOME": str(tmp_path / "plugins")}
     done = subprocess.run(
-        [KUBECTL, "kustomize", "--enable-alpha-plugins", str(tmp_path)],
+        ["kubectl", "kustomize", "--enable-alpha-plugins", str(tmp_path)],
         capture_output=True,
         text=True,
         timeout=120,

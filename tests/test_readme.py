@@ -114,7 +114,7 @@ def test_flag_table_lists_every_flag_and_variable() -> None:
 def test_watch_flag_table_lists_every_watch_flag() -> None:
     table = README[README.index("## Watching a pool") : README.index("## Flags")]
     for option in WATCH:
-        flag = f"{option.flag} {option.metavar}".strip()
+        flag = f"{option.flag}[=WHEN]" if option.bare else f"{option.flag} {option.metavar}".strip()
         assert f"| `{flag}` | {option.shown} |" in table or f"| `{flag}` | `{option.shown}` |" in table, flag
 
 

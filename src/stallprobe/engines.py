@@ -448,13 +448,12 @@ def read_engines(page: bytes, t: float, dialect: Dialect = VLLM, extra: Sequence
         for labels, value in find_series(page, family):
             if key and labels.get(key) not in values:
                 continue
-            for engine in [labels[split_by]] if split_by and split_by in labels else engines:
+            for engine in [labels[label]] if split and label is not None and label in labels else engines:
                 if engine in sums:
                     # Two huge finite values can sum past the largest float: check the sum, not the parts.
                     found[engine] = _finite(family, found.get(engine, 0.0) + _finite(family, value))
         return found
 
-    split_by = label if split and label is not None else ""
     sums = {engine: dict.fromkeys(wanted, 0.0) for engine in engines}
     for name, found in series.items():
         for labels, value in found:
