@@ -46,6 +46,7 @@ OFF_THE_HOT_PATH = {
     "collections",
     "functools",
     "shlex",  # watch's hook commands only
+    "ruamel",  # inject's YAML (a dependency of the package, not of the probe: the pod's image has none)
 }
 
 SCRIPT = """
@@ -58,12 +59,17 @@ sys.stdout.write("\\nMODULES " + " ".join(loaded) + "\\n")
 """
 
 
-def loaded_by(body: str) -> tuple[str, set[str]]:
+def loaded_by(body: str, *, site: bool = False) -> tuple[str, set[str]]:
     """Run `body` in a fresh interpreter as the pod runs the probe (-I -S); what it printed and the
-    modules it loaded."""
+    modules it loaded. `site`: with site-packages on the path (and so ruamel.yaml importable), as a
+    probe run from a pip install would have them."""
     code = SCRIPT.format(src=str(REPO / "src"), body=body)
     result = subprocess.run(
-        [sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, check=False, timeout=60
+        [sys.executable, "-I", *([] if site else ["-S"]), "-c", code],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
     )
     assert result.stderr == ""
     out, _, modules = result.stdout.rpartition("\nMODULES ")
@@ -98,6 +104,18 @@ def test_a_whole_probe_run_stays_off_the_slow_modules(httpserver: HTTPServer, tm
     assert {m for m in modules if m.startswith("stallprobe")} | {"stallprobe.api"} == {
         name.removesuffix(".py").replace("/", ".").removesuffix(".__init__") for name in HOT
     }
+
+
+def test_a_probe_run_never_loads_inject_or_ruamel(httpserver: HTTPServer, tmp_path: object) -> None:
+    """ruamel.yaml is a dependency of the package (for inject), importable wherever stallprobe is
+    pip-installed: a probe run, even one whose site-packages hold it, must not load it."""
+    import ruamel.yaml  # noqa: F401 - it is installed here: the run below could load it
+
+    httpserver.expect_request("/metrics").respond_with_data(vllm_page(3, 10, 20), content_type="text/plain")
+    args = ["--url", httpserver.url_for("/metrics"), "--state-file", f"{tmp_path}/probe.state"]
+    out, modules = loaded_by(f"from stallprobe.cli import main\nmain({args!r})\nmain({args!r})", site=True)
+    assert out.splitlines()[0].startswith("baseline: 3 running")
+    assert not {m for m in modules if m.split(".")[0] == "ruamel" or m.startswith("stallprobe.inject")}
 
 
 def test_a_suspect_run_asks_whether_the_engine_is_paused_and_nothing_more(

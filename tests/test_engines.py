@@ -40,7 +40,7 @@ REAL: dict[str, tuple[str, dict[str, tuple[float, float, float, float, float, di
     # Issue 17's wedge, staged on the real engine: all three waiting for capacity, owed.
     "vllm-0.32.0-cpu-wedged-capacity.prom": ("vllm", {"0": (0, 3, 3, 61, 8, {KV: 0.0})}),
     # The same wedge with a structured-output request deferred behind it: none owed while one is deferred.
-    "vllm-0.32.0-cpu-wedged-sticky-deferred.prom": ("vllm", {"0": (0, 4, 0, 61, 8, {KV: 0.0})}),
+    "vllm-0.32.0-cpu-wedged-sticky-deferred.prom": ("vllm", {"0": (0, 4, 3, 61, 8, {KV: 0.0})}),
     # A healthy grammar compile: deferred, not owed.
     "vllm-0.32.0-cpu-deferred-grammar.prom": ("vllm", {"0": (0, 1, 0, 305, 64, {KV: 0.0})}),
     "vllm-v1-ahasannn-hwrouter-f7a8250.prom": ("vllm", {"0": (0, 0, 0, 0, 0, {KV: 0.0})}),
@@ -526,6 +526,9 @@ OWED: list[tuple[str, bytes, Dialect, dict[str, float]]] = [
     ("capacity_is_owed", vllm_page(0, 5, 5, 3) + by_reason("0", 3, 0), VLLM, {"0": 3}),
     ("deferred_is_not", vllm_page(0, 5, 5, 2) + by_reason("0", 0, 2), VLLM, {"0": 0}),
     ("none_while_some_are_deferred", vllm_page(0, 5, 5, 3) + by_reason("0", 2, 1), VLLM, {"0": 0}),
+    ("deferred_beside_a_kv_cache_in_use", vllm_page(0, 5, 5, 3) + by_reason("0", 2, 1) + kv(0.1), VLLM, {"0": 0}),
+    # A deferred request that holds no KV block (a grammar compile) holds back nothing that waits for capacity.
+    ("deferred_beside_an_empty_kv_cache", vllm_page(0, 5, 5, 3) + by_reason("0", 2, 1) + kv(0.0), VLLM, {"0": 2}),
     ("no_breakdown_on_the_page_none", vllm_page(0, 5, 5, 3), VLLM, {"0": 0}),
     (
         "a_breakdown_declared_without_samples_none",

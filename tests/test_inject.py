@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import difflib
 import http.server
 import io
 import json
@@ -21,7 +22,10 @@ import pytest
 import yaml
 
 from conftest import REPO, rewind, validate, vllm_page
+from stallprobe.errors import ExitCode
 from stallprobe.inject import PYZ_PATH, Choice, Options, decide, engine_of, inject, pod_specs, read_documents
+from stallprobe.inject.manifests import MAX_BYTES, MAX_DEPTH, MAX_NODES, NO_RUAMEL
+from stallprobe.pyz import build
 
 
 def container(name: str = "vllm", image: str = "vllm/vllm-openai:v0.11.0", **extra: Any) -> dict[str, Any]:
@@ -271,21 +275,19 @@ def test_json_in_json_out_and_idempotent() -> None:
     assert run_inject(first.stdout).stdout == first.stdout
 
 
-def test_json_works_without_ruamel_and_yaml_says_what_it_needs() -> None:
-    blocked = (
-        "import sys; sys.modules['ruamel'] = sys.modules['ruamel.yaml'] = None; "
-        "from stallprobe.cli import main; sys.exit(main(['inject']))"
-    )
+def test_the_single_file_build_injects_json_and_says_why_not_yaml(tmp_path: Path) -> None:
+    """The archive carries inject's source but not ruamel.yaml (run with -I -S, as a pod runs it, no
+    site-packages are on its path): JSON works, YAML says what it needs in one line."""
+    pyz = tmp_path / "stallprobe.pyz"
+    pyz.write_bytes(build())
+    command = [sys.executable, "-I", "-S", str(pyz), "inject", "--pyz", os.devnull]
     doc = json.dumps(workload("Pod", pod_spec(container())))
-    ok = subprocess.run([sys.executable, "-c", blocked], input=doc, capture_output=True, text=True, check=False)
-    assert ok.returncode == 0
+    ok = subprocess.run(command, input=doc, capture_output=True, text=True, check=False, timeout=60)
+    assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["kind"] == "List"
-    no = subprocess.run([sys.executable, "-c", blocked], input=MANIFEST, capture_output=True, text=True, check=False)
+    no = subprocess.run(command, input=MANIFEST, capture_output=True, text=True, check=False, timeout=60)
     assert (no.returncode, no.stdout) == (2, "")
-    assert no.stderr == (
-        "stallprobe inject: YAML input needs ruamel.yaml: pip install 'stallprobe[kube]' "
-        "(JSON input works without it)\n"
-    )
+    assert no.stderr == f"stallprobe inject: {NO_RUAMEL}\n"
 
 
 @pytest.mark.parametrize(
@@ -312,6 +314,113 @@ def test_nothing_to_inject_is_said() -> None:
     assert result.returncode == 0
     assert [d["kind"] for d in yaml.safe_load_all(result.stdout)] == ["Service"]
     assert "no inference container found" in result.stderr
+
+
+# Written by hand in styles no dumper picks: indented by 4 with the dash at the key's column, flow lists
+# and mappings, comments everywhere (above the first document, between documents, on and in the probe).
+HAND_WRITTEN = """\
+# A comment block above the first document,
+# two lines long.
+apiVersion: v1
+kind: Service
+metadata: {name: llm}
+---
+# between the documents
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+    name: llm
+spec:
+    selector: {matchLabels: {app: llm}}
+    template:
+        metadata: {labels: {app: llm}}
+        spec:
+            containers:
+            -   name: sglang   # the engine
+                image: lmsysorg/sglang:v0.5
+                command: ["python3", "-m", "sglang.launch_server"]
+                args: ["--port", "30000", '--host', "0.0.0.0"]
+                livenessProbe:   # on the probe's key
+                    # inside the probe
+                    httpGet:
+                        path: /health   # at the path
+                        port: 30000
+                    periodSeconds: 5
+                volumeMounts:
+                -   {name: cache, mountPath: /cache}
+            volumes:
+            -   {name: cache, emptyDir: {}}
+# after everything
+"""
+
+
+def test_a_changed_document_keeps_every_line_inject_does_not_change() -> None:
+    done = run_inject(HAND_WRITTEN, "--pyz", os.devnull)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    # Lines only come in, but for the probe inject replaces and the flow list it appends to.
+    before, after = HAND_WRITTEN.splitlines(), out.splitlines()
+    start, end = (
+        before.index("                livenessProbe:   # on the probe's key"),
+        before.index("                volumeMounts:"),
+    )
+    changing = {*range(start, end), before.index('                args: ["--port", "30000", \'--host\', "0.0.0.0"]')}
+    for tag, i1, i2, _, _ in difflib.SequenceMatcher(None, before, after, autojunk=False).get_opcodes():
+        assert tag in ("equal", "insert") or set(range(i1, i2)) <= changing, (tag, before[i1:i2])
+    # The replaced probe's comments, above the probe that replaces it, at its indentation.
+    assert (
+        "                # on the probe's key\n                # inside the probe\n                # at the path\n"
+        "                livenessProbe:\n                    exec:\n"
+    ) in out
+    # What is appended is written as the list it joins is: a flow list, flow mappings, quotes.
+    assert '                args: ["--port", "30000", \'--host\', "0.0.0.0", "--enable-metrics"]\n' in out
+    assert "                -   {name: stallprobe, mountPath: /opt/stallprobe, readOnly: true}\n" in out
+    assert (
+        "            -   {name: stallprobe, configMap: {name: stallprobe, defaultMode: 292}}\n# after everything\n"
+        in out
+    )
+    docs = list(yaml.safe_load_all(out))
+    assert [d["kind"] for d in docs] == ["Service", "Deployment", "ConfigMap"]
+    for doc in docs:
+        validate(doc)
+    assert run_inject(out, "--pyz", os.devnull).stdout == out
+
+
+def test_crlf_and_a_missing_last_newline_stay_as_they_were() -> None:
+    text = (
+        "apiVersion: v1\r\nkind: Pod\r\nmetadata:\r\n  name: p\r\nspec:\r\n  containers:\r\n  - name: vllm\r\n"
+        '    image: vllm/vllm-openai:v0.11.0\r\n    args: ["--port", "8000"]'
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "stallprobe", "inject", "--pyz", os.devnull],
+        input=text.encode(),
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout.decode()
+    assert out.startswith(text + "\r\n    livenessProbe:\r\n")
+    assert "\n" not in out.replace("\r\n", "")  # every line ends as the input's do
+    for doc in yaml.safe_load_all(out):
+        validate(doc)
+
+
+def test_what_cannot_be_changed_in_place_is_written_whole_and_right() -> None:
+    """A merge key (`<<`) makes the container's keys differ from its text's: that container is written
+    out whole, merged, and the rest of the document keeps its lines."""
+    text = (
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p  # the pod\nspec:\n  containers:\n"
+        "  - <<: {image: 'vllm/vllm-openai:v0.11.0'}\n    name: vllm\n    args: [--port, '8000']\n"
+    )
+    done = run_inject(text, "--pyz", os.devnull)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("apiVersion: v1\nkind: Pod\nmetadata:\n  name: p  # the pod\nspec:\n")
+    pod = next(yaml.safe_load_all(done.stdout))
+    validate(pod)
+    container = pod["spec"]["containers"][0]
+    assert (container["image"], container["args"]) == ("vllm/vllm-openai:v0.11.0", ["--port", "8000"])
+    assert "http://127.0.0.1:8000/metrics" in container["livenessProbe"]["exec"]["command"]
 
 
 def test_the_deploy_example_is_what_inject_makes_of_it() -> None:
@@ -413,3 +522,13 @@ def test_the_probes_new_flags_are_carried_through_and_the_timeout_covers_them() 
     assert "--canary" in command
     # The scrape and the canary under --timeout 3 each, and 1 s for /is_paused: 7 s, plus the start.
     assert probe["timeoutSeconds"] == 9
+
+
+def test_the_readme_gives_the_input_limits_the_code_has() -> None:
+    readme = (REPO / "README.md").read_text()
+    assert f"larger than {MAX_BYTES // (1024 * 1024)} MiB" in readme
+    assert f"nested deeper than {MAX_DEPTH} levels" in readme
+    assert MAX_NODES == 1_000_000
+    assert "expand past a million\nnodes" in readme
+    assert "exits 6 when a run would change something" in readme
+    assert ExitCode.CHANGES == 6

@@ -3,11 +3,12 @@ be decided (action, port, where the port came from, what is turned on, the start
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import pytest
 
-from stallprobe.engines import SERVING, VllmServing
+from stallprobe.engines import DIALECTS, SERVING, VLLM, VllmServing
 from stallprobe.inject.decide import Choice, Decision, decide, engine_of
 from stallprobe.inject.shell import command_lines, env_values, flag_value, has_flag, k8s_expand, shell_words
 
@@ -34,6 +35,13 @@ SGLANG_SCRIPT = (
     "sglang publishes no metrics without --enable-metrics, and its command is a script inject does not edit "
     "(add --enable-metrics to it)"
 )
+OFF = {
+    "action": "skip",
+    "why": "metrics are off (--disable-log-stats): vllm publishes no vllm: family, so a probe could only fail",
+    "engine": None,
+    "port": 0,
+}
+PROBED = {"action": "probe", "engine": "vllm", "port": 8000, "port_from": "--port in its command"}
 RAY = "a multi-node worker: it runs `ray start`: a Ray worker, whose engine serves from the head node"
 # (name, container, role, choice, expected): choice holds Choice's keywords (it is built in the test, where
 # mutmut sees it); expected holds the Decision fields that must match, each exactly.
@@ -324,18 +332,87 @@ SCENARIOS: list[tuple[str, dict[str, Any], str, dict[str, Any], dict[str, Any]]]
             ),
         },
     ),
+    # vLLM's metrics off: no probe, wherever the flag is written.
+    ("metrics off: an args item", c(args=["--port", "8000", "--disable-log-stats"]), "pod", {}, OFF),
     (
-        "vllm with --disable-log-stats",
-        c(args=["--port", "8000", "--disable-log-stats"]),
+        "metrics off: in command",
+        c(image="me/x:1", command=["vllm", "serve", "m", "--disable-log-stats"]),
         "pod",
         {},
-        {
-            "action": "skip",
-            "why": (
-                "it runs with --disable-log-stats, so vllm publishes no metrics to judge it by "
-                "(remove --disable-log-stats to have it probed)"
-            ),
-        },
+        OFF,
+    ),
+    ("metrics off: with underscores", c(args=["--disable_log_stats", "--port", "8000"]), "pod", {}, OFF),
+    ("metrics off: in a shell script", sh("vllm serve m --port 8000 --disable-log-stats"), "pod", {}, OFF),
+    (
+        "metrics off: a script's later line",
+        sh("set -e\nexec python3 -m vllm.entrypoints.openai.api_server \\\n  --port 8000 \\\n  --disable-log-stats"),
+        "pod",
+        {},
+        OFF,
+    ),
+    (
+        "metrics off: the kubelet's $(VAR)",
+        c(args=["--port", "8000", "$(EXTRA_ARGS)"], env=[{"name": "EXTRA_ARGS", "value": "--disable-log-stats"}]),
+        "pod",
+        {},
+        OFF,
+    ),
+    (
+        "metrics off: in a $(VAR) of several flags",
+        c(args=["$(EXTRA_ARGS)"], env=[{"name": "EXTRA_ARGS", "value": "--max-model-len 4096 --disable-log-stats"}]),
+        "pod",
+        {},
+        OFF,
+    ),
+    (
+        "metrics off: the shell's $VAR",
+        sh("vllm serve m --port 8000 $EXTRA_ARGS", env=[{"name": "EXTRA_ARGS", "value": "-tp 2 --disable-log-stats"}]),
+        "pod",
+        {},
+        OFF,
+    ),
+    (
+        "metrics off: the shell's ${VAR}",
+        sh("vllm serve m ${EXTRA_ARGS}", env=[{"name": "EXTRA_ARGS", "value": "--disable-log-stats"}]),
+        "pod",
+        {},
+        OFF,
+    ),
+    (
+        "metrics off: the shell's ${VAR:-default}",
+        sh("vllm serve m ${EXTRA_ARGS:---disable-log-stats}"),
+        "pod",
+        {},
+        OFF,
+    ),
+    (
+        "metrics off: said before an unknown port",
+        c(image="me/vllm:1", command=["python3", "tool.py", "--disable-log-stats"]),
+        "pod",
+        {},
+        OFF,
+    ),
+    ("metrics on: --no-disable-log-stats", c(args=["--port", "8000", "--no-disable-log-stats"]), "pod", {}, PROBED),
+    (
+        "metrics on: the flag only in a variable the command does not expand",
+        c(args=["--port", "8000"], env=[{"name": "EXTRA_ARGS", "value": "--disable-log-stats"}]),
+        "pod",
+        {},
+        PROBED,
+    ),
+    (
+        "metrics on: the flag in a shell comment",
+        sh("vllm serve m --port 8000 # --disable-log-stats"),
+        "pod",
+        {},
+        PROBED,
+    ),
+    (
+        "metrics on: an engine inject does not know has no such flag",
+        c(image="me/own:1", args=["--port", "8000", "--disable-log-stats"]),
+        "pod",
+        {"container": "engine"},
+        {"action": "probe", "engine": None, "port": 8000},
     ),
     (
         "custom image, no server command, no port",
@@ -432,6 +509,27 @@ SCENARIOS: list[tuple[str, dict[str, Any], str, dict[str, Any], dict[str, Any]]]
         "pod",
         {},
         {"action": "skip", "why": "its port is 65536, which the manifest does not resolve"},
+    ),
+    (
+        "port past what int() converts",
+        c(args=["--port", "9" * 5000]),
+        "pod",
+        {},
+        {"action": "skip", "why": f"its port is {'9' * 5000}, which the manifest does not resolve", "port": 0},
+    ),
+    (
+        "port in digits other than ASCII's",
+        c(args=["--port", "\u0668\u0660\u0660\u0660"]),
+        "pod",
+        {},
+        {"action": "skip", "why": "its port is \u0668\u0660\u0660\u0660, which the manifest does not resolve"},
+    ),
+    (
+        "containerPort past what int() converts",
+        c(image="me/vllm:1", ports=[{"containerPort": "9" * 5000}]),
+        "pod",
+        {},
+        {"action": "skip", "why": f"its containerPort is {'9' * 5000!r}, not a port", "port": 0},
     ),
     (
         "containerPort entry without a port",
@@ -637,3 +735,14 @@ def test_flag_value_takes_the_last() -> None:
     assert flag_value(["--port", "1", "--port=2"], ("--port",)) == "2"
     assert flag_value(["--port"], ("--port",)) is None
     assert flag_value(["--portx", "1"], ("--port",)) is None
+
+
+def test_the_family_a_metrics_off_flag_silences_is_the_names_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The family named is what the engine's metric names start with, up to their first colon."""
+    decide_module = importlib.import_module("stallprobe.inject.decide")  # the package's `decide` is the function
+    own = VLLM.with_names(running="myengine:pool:running")
+    monkeypatch.setattr(decide_module, "DIALECTS", (own, *(d for d in DIALECTS if d.name != "vllm")))
+    decision = decide(c(args=["--port", "8000", "--disable-log-stats"]), "pod", Choice())
+    assert decision.why == (
+        "metrics are off (--disable-log-stats): vllm publishes no myengine: family, so a probe could only fail"
+    )

@@ -5,12 +5,15 @@ function run by a real `kubectl kustomize`."""
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import shutil
 import stat
 import subprocess
 import sys
+from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +79,41 @@ EXPECTED: dict[str, tuple[list[str], list[tuple[tuple[Any, ...], int, bool]]]] =
         ["clusterservingruntime/kserve-vllmserver: skipped: kind ClusterServingRuntime is not supported"],
         [],
     ),
+    "gke-vllm-llama4-maverick-0e0c515.yaml": (
+        [
+            "deployment/llama-deployment container inference-server: skipped: metrics are off "
+            "(--disable-log-stats): vllm publishes no vllm: family, so a probe could only fail"
+        ],
+        [],
+    ),
+    "llmd-optimized-baseline-vllm-ae9f98f.yaml": (
+        [
+            "deployment/optimized-baseline-nvidia-gpu-vllm-decode container modelserver: replaced the liveness "
+            "probe (vllm, port 8000 from its containerPort"
+        ],
+        [(("spec", "template", "spec", "containers", 0), 8000, False)],
+    ),
+    "llmd-async-vllm-6e1ac07.yaml": (
+        ["deployment/vllm container vllm-server: replaced the liveness probe (vllm, port 8000 from its containerPort"],
+        [(("spec", "template", "spec", "containers", 0), 8000, False)],
+    ),
+    "production-stack-pd-decode-036e791.yaml": (
+        ["deployment/decode container app: replaced the liveness probe (vllm, port 8000 from --port in its command"],
+        [(("spec", "template", "spec", "containers", 0), 8000, False)],
+    ),
+    "aibrix-quickstart-model-16bf1ba.yaml": (
+        [
+            "deployment/deepseek-r1-distill-llama-8b container vllm-openai: replaced the liveness probe (vllm, "
+            "port 8000 from --port in its command"
+        ],
+        [(("spec", "template", "spec", "containers", 0), 8000, False)],
+    ),
 }
+
+
+def workload(docs: Iterable[Any]) -> Any:
+    """The first document with pod templates (the one a manifest's expectations are about)."""
+    return next(doc for doc in docs if doc and doc["kind"] in ("Deployment", "StatefulSet", "LeaderWorkerSet"))
 
 
 def dig(doc: Any, path: tuple[Any, ...]) -> Any:
@@ -95,27 +132,79 @@ def test_real_manifest(name: str) -> None:
     assert len(said) == len(lines), said
     for line, start in zip(said, lines):
         assert line.startswith(start), (line, start)
+    if not probed:  # nothing to inject: the very bytes that came in (GKE's Secret is a template, no YAML)
+        assert first.stdout == text
+        assert run(text, "--check").returncode == ExitCode.OK
+        return
     docs = [d for d in yaml.safe_load_all(first.stdout) if d is not None]
     for doc in docs:
         validate(doc)
     for path, port, startup in probed:
-        container = dig(docs[0], path)
+        container = dig(workload(docs), path)
         assert f"http://127.0.0.1:{port}/metrics" in container["livenessProbe"]["exec"]["command"]
-        assert ("startupProbe" in container) is (startup or "startupProbe" in dig(next(yaml.safe_load_all(text)), path))
+        assert ("startupProbe" in container) is (
+            startup or "startupProbe" in dig(workload(yaml.safe_load_all(text)), path)
+        )
     # Untouched documents come back byte for byte; a probed one is followed by the ConfigMap.
     before, after = split(text), split(first.stdout)
     untouched = [piece for piece in before if piece in after]
     changed = len(before) - len(untouched)
-    assert changed == (1 if probed else 0)
-    assert len(after) == len(before) + (1 if probed else 0)
-    if not probed:
-        assert first.stdout == text
+    assert changed == 1
+    assert len(after) == len(before) + 1
     # A second run changes nothing, says so, and --check agrees.
     second = run(first.stdout)
     assert second.stdout == first.stdout
     assert all("skipped" in line or "already injected, unchanged" in line for line in second.stderr.splitlines())
-    assert run(first.stdout, "--check").returncode == 0
-    assert run(text, "--check").returncode == (ExitCode.CHANGES if probed else ExitCode.OK)
+    assert run(first.stdout, "--check").returncode == ExitCode.OK
+    check = run(text, "--check")
+    assert (check.returncode, check.stdout) == (ExitCode.CHANGES, "")
+
+
+def probe_blocks(text: str) -> set[int]:
+    """The lines (0-based) of every probe in `text`: from its key's line to the last line of its value,
+    found by PyYAML's composer, which shares no code with inject's reader."""
+    lines: set[int] = set()
+    for root in yaml.compose_all(text):
+        stack = [root]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, yaml.MappingNode):
+                for key, value in node.value:
+                    stack.append(value)
+                    if key.value in ("livenessProbe", "readinessProbe", "startupProbe"):
+                        last = value
+                        while isinstance(last, (yaml.MappingNode, yaml.SequenceNode)):
+                            last = last.value[-1][1] if isinstance(last, yaml.MappingNode) else last.value[-1]
+                        lines.update(range(key.start_mark.line, last.end_mark.line + 1))
+            elif isinstance(node, yaml.SequenceNode):
+                stack.extend(node.value)
+    return lines
+
+
+def comments(lines: list[str]) -> Counter[str]:
+    """Every whole-line comment, as its text without the indentation."""
+    return Counter(line.strip() for line in lines if line.strip().startswith("#"))
+
+
+@pytest.mark.parametrize("args", [[], ["--drain-after", "30", "--force", "--state-volume"]], ids=["", "all"])
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_inject_loses_nothing(name: str, args: list[str]) -> None:
+    """Between input and output, lines are only inserted, but in a probe that is replaced: every other
+    line keeps its bytes (indentation, quotes, comments, blank lines), and every comment is still there.
+    With --drain-after and --force, readiness probes are replaced too, and with --state-volume a second
+    volume comes in."""
+    text = (MANIFESTS / name).read_text()
+    done = run(text, *args)
+    assert done.returncode == 0, done.stderr
+    before, after = text.splitlines(keepends=True), done.stdout.splitlines(keepends=True)
+    probes = probe_blocks(text) if EXPECTED[name][1] else set()
+    opcodes = difflib.SequenceMatcher(None, before, after, autojunk=False).get_opcodes()
+    for tag, i1, i2, _, _ in opcodes:
+        if tag in ("replace", "delete"):
+            assert set(range(i1, i2)) <= probes, (tag, before[i1:i2])
+    kept = sum(i2 - i1 for tag, i1, i2, _, _ in opcodes if tag == "equal")
+    assert kept >= len(before) - len(probes)
+    assert not comments(before) - comments(after)  # none lost, those inside a replaced probe included
 
 
 def test_comments_and_block_scalars_survive_in_a_changed_document() -> None:

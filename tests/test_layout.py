@@ -39,6 +39,7 @@ LAYERS = {
     "stallprobe.inject.decide": 5,
     "stallprobe.inject.manifests": 5,
     "stallprobe.inject.shell": 5,
+    "stallprobe.inject.splice": 5,
     "stallprobe.watch": 5,
     "stallprobe.watch.command": 5,
     "stallprobe.watch.poll": 5,
@@ -68,6 +69,7 @@ PEERS = {
     ("stallprobe.inject.command", "stallprobe.inject.manifests"),
     ("stallprobe.inject.core", "stallprobe.inject.decide"),
     ("stallprobe.inject.decide", "stallprobe.inject.shell"),
+    ("stallprobe.inject.manifests", "stallprobe.inject.splice"),
 }
 
 
@@ -75,7 +77,7 @@ def test_peer_imports_have_no_cycle() -> None:
     order = ["stallprobe.watch.runner", "stallprobe.watch.poll", "stallprobe.watch.view", "stallprobe.watch.serve"]
     order.append("stallprobe.watch.command")
     order.append("stallprobe.watch")
-    order += [f"stallprobe.inject.{name}" for name in ("shell", "decide", "core", "manifests", "command")]
+    order += [f"stallprobe.inject.{name}" for name in ("shell", "decide", "core", "splice", "manifests", "command")]
     order.append("stallprobe.inject")
     for importer, imported in PEERS:
         assert order.index(imported) < order.index(importer), (importer, imported)

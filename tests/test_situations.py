@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import fixture_page, rewind, vllm_page
+from conftest import FIXTURES, fixture_page, rewind, vllm_page
 from stallprobe.errors import ExitCode
 from stallprobe.statefile import load, read_boot_id
 
@@ -553,27 +553,39 @@ def test_readiness_of_an_engine_whose_metrics_stop_answering(stub: Stub, tmp_pat
 BUILT = Path(__file__).parent / "fixtures" / "built"
 
 
+@pytest.mark.parametrize(
+    ("page", "waiting"),
+    [
+        (BUILT / "vllm-0.32-capacity-nothing-running.prom", 3),
+        (FIXTURES / "vllm-0.32.0-cpu-wedged-capacity.prom", 3),
+        # One grammar request queued behind the wedge stays "deferred" until it is scheduled, which it never is;
+        # it holds no KV block (the cache is empty), so it holds back nothing the other three wait for.
+        (FIXTURES / "vllm-0.32.0-cpu-wedged-sticky-deferred.prom", 4),
+    ],
+    ids=["built", "real", "real_with_a_deferred_request_behind_it"],
+)
 def test_requests_waiting_for_capacity_with_nothing_running_stall_with_default_flags(
-    stub: Stub, tmp_path: Path
+    stub: Stub, tmp_path: Path, page: Path, waiting: int
 ) -> None:
     """The wedge users report most: running 0, 3 waiting for capacity, nothing moves, /health 200."""
     state = tmp_path / "probe.state"
+    head = f"0 running, {waiting} waiting"
     stub.routes["/health"] = Route(b"")
-    stub.routes["/metrics"] = Route((BUILT / "vllm-0.32-capacity-nothing-running.prom").read_bytes())
-    assert probe(stub, state)[1].startswith("baseline: 0 running, 3 waiting")
+    stub.routes["/metrics"] = Route(page.read_bytes())
+    assert probe(stub, state)[1].startswith(f"baseline: {head}")
     rewind(state, 60)
     code, line = probe(stub, state)
-    assert (code, line.split(";")[0]) == (ExitCode.OK, "suspect: 0 running, 3 waiting")
+    assert (code, line.split(";")[0]) == (ExitCode.OK, f"suspect: {head}")
     assert line.endswith("; 3 waiting for capacity, nothing running"), line
     assert stub.count("/is_paused") == 1  # asked, as for any engine that looks stuck: 404 is never paused
     code, line = probe(stub, state, "--ready")  # the load balancers drain it after --drain-after
-    assert (code, line.split(";")[0]) == (ExitCode.STALLED, "not ready: stalled: 0 running, 3 waiting")
+    assert (code, line.split(";")[0]) == (ExitCode.STALLED, f"not ready: stalled: {head}")
     rewind(state, 60)
     code, line = probe(stub, state)
-    assert (code, line.split(";")[0]) == (ExitCode.STALLED, "stalled: 0 running, 3 waiting")
+    assert (code, line.split(";")[0]) == (ExitCode.STALLED, f"stalled: {head}")
     assert "no token progress for 120 s (window 120 s); 3 waiting for capacity, nothing running" in line
     # The operator's override, both ways: never count them, or (for an older vLLM) count them all.
-    assert probe(stub, state, "--include-waiting=never") == (ExitCode.OK, "idle: 0 running, 3 waiting")
+    assert probe(stub, state, "--include-waiting=never") == (ExitCode.OK, f"idle: {head}")
     rewind(state, 120)
     assert probe(stub, state, "--include-waiting", "always")[0] == ExitCode.STALLED
 

@@ -67,7 +67,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
 
         return probe_main(args, env)
     except StallprobeError as exc:
-        message = str(exc)
+        message = " ".join(str(exc).splitlines())  # one line, whatever the input it quotes holds
         if command == "inject":  # its stdout is the manifests: errors go to stderr
             tell(f"stallprobe inject: {message}")
         else:

@@ -54,8 +54,9 @@ class Owing:
     """Which of an engine's waiting requests it owes work (the detector's `Sample.owed`), from its page.
 
     With `family` on the page (a gauge of waiting requests by `label`): the series whose label is one of
-    `owed`; none of them while any series is one of `deferred` and `strict` (the engine waits on something
-    of its own, which the owed ones may be waiting behind). Without it: every waiting request when
+    `owed`; with `strict`, none of them while any series is one of `deferred` and the KV cache (the
+    dialect's first signal) is not seen empty: the deferred ones may hold what the owed ones wait for,
+    and only what holds KV blocks can. Without it: every waiting request when
     `without`, else none. `excuses` are families whose series (those with `excuse_label` = `excuse_value`,
     if given) summing above zero say that the engine waits on something of its own; `held_by` are family
     name prefixes that show a KV connector, whose blocks held for a peer excuse a queue while the KV
@@ -243,8 +244,13 @@ class Dialect:
 #   scheduler admits a capacity request at its next step (nothing else holds the budget or the KV
 #   cache), so capacity > 0 with nothing running and nothing moving for the window is a wedge: the one
 #   users report most (running 0, waiting 3, /health 200). Not owed:
-#   - any capacity request while some are deferred (strict): idle streaming sessions hold run slots and
-#     remote KV loads reserve blocks, and the ones waiting for capacity may be waiting behind them;
+#   - any capacity request while some are deferred and the KV cache is not seen empty (strict): idle
+#     streaming sessions hold run slots and their KV blocks, and remote KV loads reserve blocks, so the
+#     ones waiting for capacity may be waiting behind them. A deferred request that holds no block (a
+#     grammar compile, a LoRA skip) holds nothing back, and vLLM keeps a request in its deferred set
+#     until it is scheduled: measured on vLLM 0.32, a wedge with one grammar request queued shows
+#     capacity 3, deferred 1, KV cache 0 (tests/fixtures/real/vllm-0.32.0-cpu-wedged-sticky-deferred.prom),
+#     and is owed;
 #   - on a KV consumer's page, while KV fetches are in progress (vllm:num_requests_kv_fetch_by_stage,
 #     0.32 and later, only on a consumer's page): their reserved blocks are what the queue waits for;
 #   - while a KV connector's families are on the page and the KV cache is in use with nothing running:
@@ -475,7 +481,10 @@ def read_engines(page: bytes, t: float, dialect: Dialect = VLLM, extra: Sequence
         capacity = totals(owing.family, owing.label, owing.owed)
         deferred = totals(owing.family, owing.label, owing.deferred)
         for engine in engines:
-            owed[engine] = 0.0 if owing.strict and deferred.get(engine, 0.0) > 0 else capacity.get(engine, 0.0)
+            # Nothing deferred, or a KV cache seen empty: nothing the deferred hold can be what waits.
+            empty = bool(dialect.signals) and signals[engine].get(dialect.signals[0], -1.0) == 0
+            free = deferred.get(engine, 0.0) == 0 or empty
+            owed[engine] = capacity.get(engine, 0.0) if free or not owing.strict else 0.0
     for family in owing.excuses:
         for engine, total in totals(family, owing.excuse_label, (owing.excuse_value,)).items():
             if total > 0:

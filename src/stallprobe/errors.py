@@ -16,6 +16,7 @@ __all__ = [
     "ExitCode",
     "InjectError",
     "MetricsError",
+    "OutputError",
     "ScrapeError",
     "ScrapeTimeout",
     "StallprobeError",
@@ -131,6 +132,12 @@ class MetricsError(StallprobeError):
     """The page is not a Prometheus text page, or a required metric is missing or unusable."""
 
     exit_code = ExitCode.METRICS
+
+
+class OutputError(StallprobeError):
+    """stdout was closed (or a write to it failed) before the output was whole: `inject ... | head -1`."""
+
+    exit_code = ExitCode.OUTPUT
 
 
 class StateFileError(StallprobeError):

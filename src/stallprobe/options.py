@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from .detector import DEFAULT_SATURATION, DEFAULT_WINDOW
 from .engines import ENGINE_NAMES
-from .errors import UsageError
+from .errors import ExitCode, UsageError
 from .report import num
 
 TYPE_CHECKING = False
@@ -94,8 +94,8 @@ def non_negative(name: str, text: str) -> float:
 
 
 def count(name: str, text: str) -> int:
-    # isdigit() alone takes "²"; the length bounds int()'s work (and its limit on long strings).
-    if not (text.isascii() and text.isdigit() and len(text) <= 20 and int(text) >= 1):
+    # isdigit() alone takes "²"; past 4300 digits int() itself refuses (Python's guard against slow parsing).
+    if not (len(text) <= 18 and text.isascii() and text.isdigit() and int(text) >= 1):
         raise UsageError(f"{name} must be a whole number >= 1 (got {_shown(text)})")
     return int(_at_most(name, int(text), text))
 
@@ -104,6 +104,13 @@ def _at_most(name: str, value: float, text: str) -> float:
     if value > MAXIMUM:
         raise UsageError(f"{name} must be at most {MAXIMUM:.0f} (got {_shown(text)})")
     return value
+
+
+def port(name: str, text: str) -> int:
+    # A TCP port: a whole number 1-65535 as written (not 8000.5, not 0, which asks the kernel for any).
+    if not (len(text) <= 5 and text.isascii() and text.isdigit() and 0 < int(text) < 65536):
+        raise UsageError(f"{name} must be a port number, 1-65535 (got {_shown(text)})")
+    return int(text)
 
 
 def switch(name: str, text: str) -> bool:
@@ -449,7 +456,9 @@ PYTHON = Option(
 # when the engine comes up sooner (it passes at the first answer of its health route). A load that hangs
 # past it is restarted, as any wedge is.
 DEFAULT_STARTUP_BUDGET = 1800.0
-CHECK = Option("--check", "", switch, False, "write nothing; exit 3 when a run would change the manifests (CI)")
+CHECK = Option(
+    "--check", "", switch, False, f"write nothing; exit {ExitCode.CHANGES} when a run would change the manifests (CI)"
+)
 STARTUP_BUDGET = Option(
     "--startup-budget",
     "SECONDS",
@@ -460,9 +469,7 @@ STARTUP_BUDGET = Option(
 PRINT_PROBE = Option(
     "--print-probe", "", switch, False, "print only the container fields and the ConfigMap (needs --engine, --port)"
 )
-INJECT_PORT = Option(
-    "--port", "PORT", positive, None, "with --print-probe: the port the engine serves on", shown="none"
-)
+INJECT_PORT = Option("--port", "PORT", port, None, "with --print-probe: the port the engine serves on", shown="none")
 OUTPUT = Option("--output", "FORMAT", nonempty, "yaml", "with --print-probe: yaml or json")
 
 # How an engine's page is read and judged: the same for the probe, watch, and the probes inject writes.

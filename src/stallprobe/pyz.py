@@ -27,6 +27,8 @@ import subprocess
 import zipfile
 from pathlib import Path
 
+from .errors import UsageError
+
 __all__ = ["HOT", "build", "bytecode", "launcher"]
 
 PACKAGE = Path(__file__).resolve().parent
@@ -82,6 +84,10 @@ def launcher(path: str) -> str:
     return f'import sys; sys.path.insert(0, "{path}"); from stallprobe.cli import run; run()'
 
 
+# Compiling the dozen modules a probe run loads takes a fraction of a second; an interpreter that has not
+# answered in a minute, even on a starved machine, is stuck (a wrapper waiting on something), not slow.
+COMPILE_TIMEOUT = 60.0
+
 # Run by the target interpreter: reads {name: source} as JSON on stdin, writes {name: pyc hex} and its
 # version. The header is PEP 552's: magic, flags 0b01 (hash-based, unchecked), the source hash.
 # optimize=2 drops docstrings (a third of the bytecode's size) and asserts (type narrowing only).
@@ -98,16 +104,56 @@ json.dump({"version": "%d.%d" % sys.version_info[:2], "pyc": out}, sys.stdout)
 """
 
 
+def _shown(python: str) -> str:
+    return python if python.isprintable() else repr(python)  # a path with a newline stays on one line
+
+
+def _compile(python: str, sources: dict[str, str]) -> tuple[int, str, str]:
+    """Run COMPILE under `python` in a session of its own, killed with whatever it started when it hangs:
+    (its exit status, stdout, the line of its stderr that says what went wrong)."""
+    import os
+    import signal
+
+    shown = _shown(python)
+    try:
+        proc = subprocess.Popen(
+            [python, "-I", "-S", "-c", COMPILE],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        raise UsageError(f"--python {shown}: {getattr(exc, 'strerror', None) or exc}") from None
+    with proc:
+        try:
+            out, err = proc.communicate(json.dumps(sources).encode("utf-8"), timeout=COMPILE_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            try:
+                proc.communicate(timeout=5)
+            except subprocess.TimeoutExpired:  # a grandchild in a session of its own keeps the pipes open
+                pass
+            raise UsageError(f"--python {shown} did not compile the probe within {COMPILE_TIMEOUT:g} s") from None
+    lines = err.decode("utf-8", "replace").strip().splitlines() or [""]
+    # A Python traceback ends with what went wrong; anything else (a usage message) starts with it.
+    said = lines[-1] if lines[0].startswith("Traceback") else lines[0]
+    return proc.returncode, out.decode("utf-8", "replace"), said.strip()
+
+
 def bytecode(python: str, entries: list[tuple[str, bytes]]) -> tuple[str, list[tuple[str, bytes]]]:
-    """Compile the package's modules with `python`: its version and the (name, .pyc bytes) entries."""
+    """Compile the package's modules with `python`: its version and the (name, .pyc bytes) entries.
+    UsageError when `python` cannot be run, fails, hangs, or answers as no Python does."""
     sources = {name: data.decode("utf-8") for name, data in entries if name in HOT}
-    done = subprocess.run(
-        [python, "-I", "-S", "-c", COMPILE], input=json.dumps(sources), capture_output=True, text=True, check=False
-    )
-    if done.returncode != 0:
-        raise SystemExit(f"build-pyz: {python} could not compile the sources:\n{done.stderr}")
-    result = json.loads(done.stdout)
-    return result["version"], sorted((name, bytes.fromhex(value)) for name, value in result["pyc"].items())
+    status, out, last = _compile(python, sources)
+    shown = _shown(python)
+    if status != 0:
+        raise UsageError(f"--python {shown} could not compile the probe: {last or f'exit status {status}'}")
+    try:
+        result = json.loads(out)
+        return str(result["version"]), sorted((name, bytes.fromhex(value)) for name, value in result["pyc"].items())
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise UsageError(f"--python {shown} did not answer as a Python interpreter does") from None
 
 
 def sources(package: Path) -> list[tuple[str, bytes]]:

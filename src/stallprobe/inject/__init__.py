@@ -11,9 +11,10 @@ nothing guards the model's loading; mounts a ConfigMap that holds the single-fil
 ConfigMap last, one per namespace. Injecting its own output changes nothing, byte for byte.
 
 The modules: shell.py (command lines as a shell splits them), decide.py (the decision), core.py (the
-probe stanzas and the walk over documents), manifests.py (YAML and JSON, round-tripped), command.py
-(the command, Helm's post-renderer and Kustomize's KRM function). YAML needs ruamel.yaml (the
-`stallprobe[kube]` extra); the probe itself never imports it.
+probe stanzas and the walk over documents), manifests.py (YAML and JSON read with their limits, and
+written back), splice.py (a changed document written as its own text with only the changed parts
+rewritten), command.py (the command, Helm's post-renderer and Kustomize's KRM function). YAML goes
+through ruamel.yaml, a dependency of the package; the probe itself never imports it.
 """
 
 from __future__ import annotations

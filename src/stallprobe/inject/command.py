@@ -8,6 +8,10 @@ The same command serves three callers:
   (the flags' names without `--`, under `spec` or `data`), the ResourceList back on stdout.
 `--print-probe` writes only what an operator embeds in the pods it renders: the container fields and the
 ConfigMap.
+
+Nothing goes to stdout until everything has succeeded: the output is made whole in memory and written at
+once, so a failure leaves stdout empty (one line on stderr says why), and a reader that goes away early
+(`| head -1`) is one line and exit 7, not a traceback.
 """
 
 from __future__ import annotations
@@ -15,12 +19,12 @@ from __future__ import annotations
 import sys
 
 from .. import __version__
-from ..errors import ExitCode, InjectError, exit_lines
+from ..errors import ExitCode, InjectError, OutputError, exit_lines
 from ..options import INJECT, PASSED_ON, EngineSettings, help_lines, parse, waiting_word
 from ..report import num
 from .core import Options, configmap, container_fields, inject
 from .decide import Decision
-from .manifests import Manifests, read_documents, write_documents
+from .manifests import MAX_BYTES, Manifests, decode, dump_yaml, read_documents, write_documents
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -30,6 +34,8 @@ if TYPE_CHECKING:
 
 __all__ = ["main"]
 
+# A ConfigMap holds at most 1 MiB (the API server's limit), and the archive rides in one.
+MAX_PYZ = 1024 * 1024
 KRM_API = "config.kubernetes.io/v1"
 
 DESCRIPTION = """\
@@ -79,7 +85,7 @@ class InjectConfig(EngineSettings):
     startup_budget: float
     check: bool
     print_probe: bool
-    port: float | None
+    port: int | None
     output: str
 
 
@@ -104,26 +110,96 @@ def _probe_args(config: InjectConfig) -> list[str]:
     return args
 
 
-def _read(path: str, flag: str, binary: bool) -> str | bytes:
+def _shown(path: str) -> str:
+    return path if path.isprintable() else repr(path)  # a path with a newline stays on one line
+
+
+def _read(path: str, flag: str, limit: int) -> bytes:
+    """A file's bytes, up to one past `limit` (a larger file, or an endless one, is read no further)."""
     try:
-        if binary:
-            with open(path, "rb") as f:
-                return f.read()
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InjectError(f"{flag} {path}: {getattr(exc, 'strerror', None) or exc}") from None
+        with open(path, "rb") as f:
+            return f.read(limit + 1)
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        raise InjectError(f"{flag} {_shown(path)}: {getattr(exc, 'strerror', None) or exc}") from None
+
+
+def _input(filename: str) -> str:
+    """The manifests' text, from -f FILE or stdin."""
+    if filename != "-":
+        return decode(_read(filename, "-f", MAX_BYTES))
+    stdin = sys.stdin
+    try:
+        if stdin is None:
+            raise InjectError("stdin is closed: give the manifests with -f FILE")
+        if stdin.isatty():
+            raise InjectError("no manifests on stdin, which is a terminal: pipe them in, or give -f FILE")
+        binary = getattr(stdin, "buffer", None)
+        data = binary.read(MAX_BYTES + 1) if binary is not None else stdin.read(MAX_BYTES + 1).encode()
+    except (OSError, ValueError) as exc:  # ValueError: a closed stream
+        raise InjectError(f"stdin cannot be read: {getattr(exc, 'strerror', None) or exc}") from None
+    return decode(data)
 
 
 def _pyz(config: InjectConfig) -> bytes:
     path = config.pyz
     if path is not None:
-        pyz = _read(path, "--pyz", binary=True)
-        assert isinstance(pyz, bytes)
+        pyz = _read(path, "--pyz", MAX_PYZ)
+        if len(pyz) > MAX_PYZ:
+            raise InjectError(f"--pyz {_shown(path)} is larger than 1 MiB, more than a ConfigMap holds")
         return pyz
     from ..pyz import build
 
-    return build(config.python)
+    return build(config.python)  # UsageError when --python cannot compile it
+
+
+def _emit(text: str) -> None:
+    """Write the whole output at once, as UTF-8 whatever the locale (the bytes that came in go out).
+    OutputError when stdout is closed or a write to it fails."""
+    try:
+        if sys.stdout is None:
+            raise OSError("closed")
+        binary = getattr(sys.stdout, "buffer", None)
+        if binary is None:  # a text stream without bytes beneath (a test's)
+            sys.stdout.write(text)
+        else:
+            # A pipe whose reader goes away mid-write takes part of it and returns a short count, which
+            # the text layer would ignore: the rest is written until it is all out or the pipe says why not.
+            sys.stdout.flush()
+            data = memoryview(text.encode("utf-8"))
+            while data:
+                written = binary.write(data)
+                if not written:  # None: a non-blocking stdout that would block
+                    raise OSError("stdout takes nothing more")
+                data = data[written:]
+        sys.stdout.flush()
+    except (OSError, ValueError) as exc:  # ValueError: a closed stream
+        _drop_stdout()
+        raise OutputError(
+            f"stdout was closed before the output was whole ({getattr(exc, 'strerror', None) or exc})"
+        ) from None
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null: what is still buffered in it would fail again when the interpreter
+    flushes it at exit, which prints an "Exception ignored" traceback and exits 120."""
+    import os
+
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+    except (OSError, ValueError, AttributeError):  # no file descriptor (a test's stream), or no stdout
+        pass
+
+
+def _say(lines: list[str]) -> None:
+    """The log on stderr; when nobody reads it, the output still counts."""
+    try:
+        for line in lines:
+            print(f"stallprobe inject: {line}", file=sys.stderr)
+        sys.stderr.flush()
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def options_of(config: InjectConfig, pyz: bytes) -> Options:
@@ -169,7 +245,7 @@ def _krm_args(config: Any) -> list[str]:
     return argv
 
 
-def _print_probe(config: InjectConfig) -> int:
+def _print_probe(config: InjectConfig) -> str:
     engine = config.engine
     port = config.port
     if engine == "auto" or port is None:
@@ -179,7 +255,7 @@ def _print_probe(config: InjectConfig) -> int:
     options = options_of(config, _pyz(config))
     loopback = engine != "vllm"  # SGLang and llama.cpp bind loopback unless told otherwise
     decision = Decision(
-        "probe", engine=engine, port=int(port), startup=True, loopback=loopback, readiness="added", liveness="added"
+        "probe", engine=engine, port=port, startup=True, loopback=loopback, readiness="added", liveness="added"
     )
     fields = container_fields(decision, options, None, options.state_volume)
     volumes: list[dict[str, Any]] = [
@@ -191,30 +267,20 @@ def _print_probe(config: InjectConfig) -> int:
     if config.output == "json":
         import json
 
-        print(json.dumps(whole, indent=2))
-    else:
-        import io
-
-        from .manifests import _yaml
-
-        buffer = io.StringIO()
-        _yaml().dump(whole, buffer)
-        sys.stdout.write(buffer.getvalue())
-    return 0
+        return json.dumps(whole, indent=2) + "\n"
+    return dump_yaml(whole)
 
 
 def main(argv: Sequence[str]) -> int:
     """`stallprobe inject ...`: the manifests to stdout, the log to stderr; the exit code."""
     config = parse(argv, InjectConfig)
     if isinstance(config, str):
-        print(help_text() if config == "help" else f"stallprobe {__version__}")
-        return 0
+        _emit((help_text() if config == "help" else f"stallprobe {__version__}") + "\n")
+        return ExitCode.OK
     if config.print_probe:
-        return _print_probe(config)
-    filename = config.filename or "-"
-    text = sys.stdin.read() if filename == "-" else _read(filename, "-f", binary=False)
-    assert isinstance(text, str)
-    manifests = read_documents(text)
+        _emit(_print_probe(config))
+        return ExitCode.OK
+    manifests = read_documents(_input(config.filename or "-"))
     krm = (
         len(manifests.docs) == 1
         and isinstance(manifests.docs[0], dict)
@@ -224,17 +290,19 @@ def main(argv: Sequence[str]) -> int:
         resource_list = manifests.docs[0]
         config = parse([*_krm_args(resource_list.get("functionConfig")), *argv], InjectConfig)
         assert not isinstance(config, str)
-        items = list(resource_list.get("items") or [])
-        items, log, changed = inject(items, options_of(config, _pyz(config)))
+        items = resource_list.get("items")
+        if not isinstance(items, list):
+            raise InjectError("the ResourceList has no items list (a KRM function gets its resources there)")
+        items, log, changed = inject(list(items), options_of(config, _pyz(config)))
         resource_list["items"] = items
-        out = Manifests(manifests.form, [resource_list], manifests.texts, manifests.indents)
+        out = Manifests(manifests.form, [resource_list], manifests.texts, manifests.lines)
         changed = {0} if changed else set()
     else:
         docs, log, changed = inject(manifests.docs, options_of(config, _pyz(config)))
-        out = Manifests(manifests.form, docs, manifests.texts, manifests.indents)
-    for line in log:
-        print(f"stallprobe inject: {line}", file=sys.stderr)
+        out = Manifests(manifests.form, docs, manifests.texts, manifests.lines)
     if config.check:
+        _say(log)
         return ExitCode.CHANGES if changed else ExitCode.OK
-    write_documents(out, changed, sys.stdout)
-    return 0
+    _emit(write_documents(out, changed))
+    _say(log)
+    return ExitCode.OK

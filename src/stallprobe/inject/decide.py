@@ -11,26 +11,28 @@ The rules, in order, each with its reason:
 3. A command that marks a worker: --headless, --node-rank other than 0 (or one that differs per pod),
    vLLM's --data-parallel-start-rank > 0 without a load-balanced mode, --api-server-count 0, `ray start`,
    llama.cpp's rpc-server. Same reason.
-4. The port: a port flag anywhere in its command lines (resolved from its env), else the engine's own
+4. Metrics off by the operator's choice (vLLM's --disable-log-stats registers no vllm: family): every
+   run would fail, so skipped, saying so, wherever the flag is written: an argument, the command, a shell
+   script, or the value of a variable the command expands.
+5. The port: a port flag anywhere in its command lines (resolved from its env), else the engine's own
    port variable, else its containerPort, else, when its command is the engine's plain server (or the
    image's entrypoint is), the engine's default, said to be assumed. A port that depends on what the
    manifest does not say, or no port and no server command: skipped, since a wrong port fails every run.
-5. Metrics: off means every run fails (vLLM with --disable-log-stats registers no vllm: family; SGLang
-   without --enable-metrics and llama.cpp without --metrics publish none). vLLM's flag is the operator's
-   choice: skipped, saying so. SGLang's and llama.cpp's are turned on (an argument appended, or for
-   llama.cpp its variable set), said on stderr; an SGLang shell script cannot be edited safely: skipped.
-6. The liveness probe: absent, a plain /health check, or ours is (re)written; any other is the
+6. Metrics not on (SGLang without --enable-metrics and llama.cpp without --metrics publish none): turned
+   on (an argument appended, or for llama.cpp its variable set), said on stderr; an SGLang shell script
+   cannot be edited safely: skipped.
+7. The liveness probe: absent, a plain /health check, or ours is (re)written; any other is the
    operator's and is kept unless --force.
-7. The startup guard: without a startupProbe and without initialDelaySeconds, a liveness probe runs
+8. The startup guard: without a startupProbe and without initialDelaySeconds, a liveness probe runs
    while the model loads, fails, and the kubelet kills the container before it ever serves.
-8. Readiness (--drain-after): absent, a plain /health check or ours is (re)written; any other is kept
+9. Readiness (--drain-after): absent, a plain /health check or ours is (re)written; any other is kept
    unless --force.
 """
 
 from __future__ import annotations
 
 from ..engines import DIALECTS, SERVING
-from .shell import SHELLS, command_lines, env_values, flag_value, has_flag
+from .shell import SHELLS, command_lines, env_values, flag_value, has_flag, normal
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -152,7 +154,13 @@ def _is_server(words: list[str], servers: tuple[str, ...]) -> bool:
 
 
 def _port(text: str | None) -> int | None:
-    return int(text) if text is not None and text.isascii() and text.isdigit() and 0 < int(text) < 65536 else None
+    if text is None or not (text.isascii() and text.isdigit()):
+        return None
+    try:
+        number = int(text)
+    except ValueError:  # past 4300 digits, int() refuses (Python's guard against slow conversions)
+        return None
+    return number if 0 < number < 65536 else None
 
 
 def _worker(words: list[str]) -> str:
@@ -177,6 +185,14 @@ def _worker(words: list[str]) -> str:
     if flag_value(words, ("--api-server-count", "-asc")) == "0":
         return "it runs with --api-server-count 0: headless"
     return ""
+
+
+def _metrics_off(lines: list[list[str]], flags: tuple[str, ...]) -> list[str]:
+    """The flags among `flags` that the command lines give. A word an expanded variable filled is read as
+    the shell reads an unquoted expansion, split at spaces: `vllm serve $EXTRA_ARGS`, or a `$(EXTRA_ARGS)`
+    the kubelet put into one word. Better no probe than one that can only fail."""
+    pieces = [normal(piece) for words in lines for word in words for piece in word.split()]
+    return [flag for flag in flags if has_flag(pieces, (flag,))]
 
 
 def decide(container: Mapping[str, Any], role: str, choice: Choice) -> Decision:
@@ -204,6 +220,12 @@ def decide(container: Mapping[str, Any], role: str, choice: Choice) -> Decision:
         if why:
             return Decision("skip", f"a multi-node worker: {why}")
     serving = SERVING.get(str(engine))
+    off = _metrics_off(lines, serving.metrics_off if serving else ())
+    if off:
+        family = next(d.running for d in DIALECTS if d.name == engine).partition(":")[0]  # vllm:num_... -> vllm
+        return Decision(
+            "skip", f"metrics are off ({off[0]}): {engine} publishes no {family}: family, so a probe could only fail"
+        )
     flags = serving.port_flags if serving else ("--port",)
     servers = [words for words in lines if serving and _is_server(words, serving.servers)]
     image = _image(container)
@@ -247,12 +269,6 @@ def decide(container: Mapping[str, Any], role: str, choice: Choice) -> Decision:
         on = has_flag(server_words, serving.metrics_on) or any(
             variable in env and env[variable].lower() in TRUE for variable in serving.metrics_env
         )
-        if has_flag(server_words, serving.metrics_off):
-            return Decision(
-                "skip",
-                f"it runs with {serving.metrics_off[0]}, so {engine} publishes no metrics to judge it by "
-                f"(remove {serving.metrics_off[0]} to have it probed)",
-            )
         if serving.metrics_on and not on:
             raw = _words(container)
             plain = not raw or raw[0].rpartition("/")[2] not in SHELLS

@@ -16,7 +16,16 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
 
-__all__ = ["UNRESOLVED", "command_lines", "env_values", "flag_value", "has_flag", "k8s_expand", "shell_words"]
+__all__ = [
+    "UNRESOLVED",
+    "command_lines",
+    "env_values",
+    "flag_value",
+    "has_flag",
+    "k8s_expand",
+    "normal",
+    "shell_words",
+]
 
 SHELLS = ("sh", "bash", "dash", "ash", "zsh", "ksh")
 # Words that separate one shell command from the next.
@@ -92,7 +101,7 @@ def shell_words(script: str, env: Mapping[str, str]) -> list[list[str]]:
     return [command for command in commands if command]
 
 
-def _normal(word: str) -> str:
+def normal(word: str) -> str:
     """`--flag_name=v` spelled `--flag-name=v`: the parsers of vLLM and SGLang take both."""
     if not word.startswith("--"):
         return word
@@ -111,8 +120,8 @@ def command_lines(container: Mapping[str, Any], env: Mapping[str, str]) -> list[
             if not word.startswith("-"):
                 break
             if "c" in word[1:] and not word.startswith("--") and i + 1 < len(words):
-                return [[_normal(w) for w in command] for command in shell_words(words[i + 1], env)]
-    return [[_normal(word) for word in words]]
+                return [[normal(w) for w in command] for command in shell_words(words[i + 1], env)]
+    return [[normal(word) for word in words]]
 
 
 def has_flag(words: list[str], flags: tuple[str, ...]) -> bool:

@@ -1,0 +1,479 @@
+"""The error contract of every command, held as tables.
+
+The contract: the exit code is one the command documents (errors.EXIT_TABLE), and never 1 (which means
+"stalled" and nothing else); no traceback, ever; and when the command fails, nothing on stdout and exactly
+one line on stderr that says why.
+
+COMMANDS holds one row per command: its name, the codes that are results rather than failures, the
+prefix of its error line, and a Hypothesis strategy that generates its runs (arguments, stdin, whether
+stdout is closed). One property checks every row's generated runs against the contract. Below it, each
+command's table of bad inputs pins the exact code and message of each case.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from conftest import REPO
+from stallprobe import pyz
+from stallprobe.cli import main
+from stallprobe.errors import EXIT_TABLE, ExitCode, exit_lines
+from stallprobe.inject.command import help_text
+from stallprobe.inject.manifests import MAX_BYTES, MAX_DEPTH, MAX_NODES
+from stallprobe.options import INJECT
+
+MANIFESTS = REPO / "tests" / "fixtures" / "manifests"
+REAL = sorted(MANIFESTS.glob("*.yaml"))
+FUZZ_EXAMPLES = int(os.environ.get("STALLPROBE_FUZZ_EXAMPLES") or 0)
+
+
+# --- running a command in this process, its streams captured
+
+
+class ClosedPipe(io.TextIOBase):
+    """A stdout whose reader has gone away: every write fails as a closed pipe's does."""
+
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def writable(self) -> bool:
+        return True
+
+
+@dataclass
+class Run:
+    code: int
+    out: str
+    err: str
+
+
+class Terminal(io.TextIOWrapper):
+    def isatty(self) -> bool:
+        return True
+
+
+def run(argv: list[str], stdin: bytes = b"", *, closed: bool = False, tty: bool = False) -> Run:
+    """cli.main(argv) with stdin holding `stdin` (a terminal when `tty`), stdout and stderr captured."""
+    saved = sys.stdin, sys.stdout, sys.stderr
+    out, err = io.StringIO(), io.StringIO()
+    sys.stdin = (Terminal if tty else io.TextIOWrapper)(io.BytesIO(stdin), encoding="utf-8")
+    sys.stdout = ClosedPipe() if closed else out
+    sys.stderr = err
+    try:
+        code = main(argv, environ={})
+    finally:
+        sys.stdin, sys.stdout, sys.stderr = saved
+    return Run(code, out.getvalue(), err.getvalue())
+
+
+# --- the commands, each a row
+
+
+@dataclass
+class Command:
+    name: str
+    results: frozenset[int]  # codes that answer the question asked (their output is on stdout)
+    prefix: str  # how its error line starts
+    runs: st.SearchStrategy[tuple[list[str], bytes, bool]]  # (arguments, stdin, stdout closed)
+
+    def check(self, result: Run) -> None:
+        assert self.name in EXIT_TABLE.get(result.code, {}), result
+        assert result.code != ExitCode.STALLED, result
+        assert "Traceback" not in result.out + result.err, result
+        if result.code not in self.results:
+            assert result.out == "", result
+            assert result.err.endswith("\n"), result
+            assert result.err.count("\n") == 1, result
+            assert result.err.startswith(self.prefix), result
+
+
+def _mutated(text: str, at: int, cut: int, insert: str) -> str:
+    at %= len(text) + 1
+    return text[:at] + insert + text[at + cut :]
+
+
+def _yaml_values() -> st.SearchStrategy[object]:
+    scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=8))
+    return st.recursive(
+        scalars,
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+        max_leaves=12,
+    )
+
+
+def _dumped(value: object, form: str) -> bytes:
+    import yaml
+
+    text = json.dumps(value) if form == "json" else yaml.safe_dump(value, allow_unicode=True)
+    return text.encode()
+
+
+def _inject_inputs() -> st.SearchStrategy[bytes]:
+    texts = [path.read_text() for path in REAL]
+    real = st.sampled_from(texts)
+    return st.one_of(
+        st.binary(max_size=300),
+        st.builds(_dumped, _yaml_values(), st.sampled_from(["yaml", "json"])),
+        real.map(str.encode),
+        st.builds(_mutated, real, st.integers(0, 10_000), st.integers(0, 300), st.text(max_size=30)).map(str.encode),
+        st.sampled_from(list(BAD_INPUTS.values())),
+    )
+
+
+# Values for the flags: some each flag takes, and a spread of what none takes.
+BAD_VALUES = ["", "0", "-1", "99999.5", "70000", "abc", "nan", "inf", "1e999", "9" * 5000, "a\nb", "caf\u00e9"]
+GOOD_VALUES = ["8000", "30", "vllm", "sglang", "auto", "yaml", "json", "probe", "vllm:num_requests_running"]
+PATHS = [os.devnull, "/nonexistent", "/", "/dev/zero", "/proc/self/mem", str(MANIFESTS), *map(str, REAL[:3])]
+PYTHONS = ["/nonexistent/python", "/bin/false", "/bin/true", "/bin/cat", "a\x00b"]
+
+
+# Flags a run may well be given, each with a value it takes.
+GOOD_TOKENS = [
+    ["--window", "300"],
+    ["--engine", "vllm"],
+    ["--engine", "sglang"],
+    ["--drain-after", "30"],
+    ["--check"],
+    ["--force"],
+    ["--state-volume"],
+    ["--configmap", "probe"],
+    ["--period", "15"],
+    ["--container", "vllm-leader"],
+    ["--canary"],
+    ["--startup-budget", "600"],
+]
+
+
+def _inject_arguments() -> st.SearchStrategy[list[str]]:
+    flags = [option.flag for option in INJECT if option.flag not in ("--python", "--filename", "--pyz")]
+    value = st.one_of(st.sampled_from(BAD_VALUES + GOOD_VALUES), st.text(max_size=10))
+    token = st.one_of(
+        st.tuples(st.sampled_from(flags), value).map(list),
+        st.sampled_from(flags).map(lambda flag: [flag]),
+        st.tuples(st.sampled_from(["-f", "--filename", "--pyz"]), st.sampled_from(PATHS)).map(list),
+        st.tuples(st.just("--python"), st.sampled_from(PYTHONS)).map(list),
+        st.sampled_from([["--nope"], ["-x"], ["--check=1"], ["junk"], ["-"], ["--print-probe", "--engine", "vllm"]]),
+    )
+    good = st.lists(st.sampled_from(GOOD_TOKENS), max_size=3, unique_by=lambda words: words[0])
+    noisy = st.lists(token, min_size=1, max_size=3)
+    fast = st.sampled_from([["--pyz", os.devnull], ["--pyz", os.devnull], ["--pyz", os.devnull], []])
+    return st.tuples(fast, st.one_of(good, good, noisy)).map(
+        lambda both: both[0] + [word for words in both[1] for word in words]
+    )
+
+
+# The bad inputs of the table below, also thrown into the generated runs.
+BILLION_LAUGHS = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 10)}]\n" for i in range(9)
+)
+BAD_INPUTS = {
+    "nested [": b"[" * 10_000,
+    "nested -": b"- " * 10_000 + b"x\n",
+    "nested mappings": b"".join(b"  " * i + b"a:\n" for i in range(500)),
+    "billion laughs": BILLION_LAUGHS.encode(),
+    "recursive alias": b"a: &r [*r]\n",
+    "binary": b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR",
+    "latin-1": "metadata:\n  name: caf\u00e9\n".encode("latin-1"),
+    "NUL": b"kind: Pod\nmetadata: {name: a\x00}\n",
+    "broken JSON": b'{"kind": "Pod", "metadata": ',
+    "a scalar": b"hello\n",
+    "a list": b"- a\n- b\n",
+    "JSON numbers": b"[1, 2]",
+    "ResourceList without items": b"apiVersion: config.kubernetes.io/v1\nkind: ResourceList\n",
+    "ResourceList with items not a list": b"kind: ResourceList\nitems: {a: 1}\n",
+    "duplicate keys": b"kind: Pod\nmetadata: {name: a}\nkind: Service\n",
+    "duplicate JSON keys": b'{"kind": "Pod", "kind": "Service"}',
+    "4300 digits": b"kind: Pod\nspec: {replicas: " + b"9" * 5000 + b"}\n",
+}
+
+INJECT_ROW = Command(
+    "inject",
+    results=frozenset({ExitCode.OK, ExitCode.CHANGES}),
+    prefix="stallprobe inject: ",
+    runs=st.tuples(_inject_arguments(), _inject_inputs(), st.booleans()),
+)
+COMMANDS = [INJECT_ROW]
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=[command.name for command in COMMANDS])
+def test_every_code_a_command_can_give_is_documented(command: Command) -> None:
+    codes = [code for code, meanings in EXIT_TABLE.items() if command.name in meanings]
+    assert ExitCode.STALLED not in codes or command.name in ("probe", "watch", "doctor")
+    assert command.results <= set(codes)
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=[command.name for command in COMMANDS])
+def test_the_contract_holds_for_generated_runs(command: Command) -> None:
+    @settings(
+        derandomize=not FUZZ_EXAMPLES,
+        database=None,
+        deadline=None,
+        max_examples=max(200, FUZZ_EXAMPLES),
+        print_blob=bool(FUZZ_EXAMPLES),
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(command.runs)
+    def holds(generated: tuple[list[str], bytes, bool]) -> None:
+        argv, stdin, closed = generated
+        result = run([command.name, *argv], stdin, closed=closed)
+        event(f"exit {result.code}")
+        command.check(result)
+
+    holds()
+
+
+# --- inject's table: each bad input, its code and its line
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Files the table points at: a manifest, a folder, an interpreter that hangs (and leaves a child)."""
+    where = tmp_path_factory.mktemp("contract")
+    hang = where / "python-that-hangs"
+    hang.write_text("#!/bin/sh\nsleep 30 &\nsleep 30\n")
+    hang.chmod(0o755)
+    return {"dir": str(where), "hang": str(hang), "manifest": str(MANIFESTS / "lws-vllm-gpu-0e2e095.yaml")}
+
+
+DEPLOY = (MANIFESTS / "lws-vllm-gpu-0e2e095.yaml").read_bytes()
+PRINT = ["--print-probe", "--engine", "vllm", "--port"]
+PORT = "--port must be a port number, 1-65535 (got {!r})"
+NOT_OBJECT = "document 1 is {}, not a Kubernetes object (a mapping with apiVersion and kind)"
+BIG = f"the input is larger than {MAX_BYTES // (1024 * 1024)} MiB, which is no manifest"
+DEEP = f"the input nests deeper than {MAX_DEPTH} levels, which is no manifest"
+# (name, arguments (inject's; {key} names one of `files`), stdin, code, the whole error line or "")
+INJECT_CASES: list[tuple[str, list[str], bytes, int, str]] = [
+    ("port 99999.5", [*PRINT, "99999.5"], b"", 2, PORT.format("99999.5")),
+    ("port 70000", [*PRINT, "70000"], b"", 2, PORT.format("70000")),
+    ("port 0", [*PRINT, "0"], b"", 2, PORT.format("0")),
+    ("port -1", [*PRINT, "-1"], b"", 2, PORT.format("-1")),
+    ("port abc", [*PRINT, "abc"], b"", 2, PORT.format("abc")),
+    ("port 65535", [*PRINT, "65535", "--pyz", os.devnull], b"", 0, ""),
+    (
+        "--python missing",
+        ["--python", "/nonexistent/python"],
+        DEPLOY,
+        2,
+        "--python /nonexistent/python: No such file or directory",
+    ),
+    (
+        "--python fails",
+        ["--python", "/bin/false"],
+        DEPLOY,
+        2,
+        "--python /bin/false could not compile the probe: exit status 1",
+    ),
+    (
+        "--python is no python",
+        ["--python", "/bin/true"],
+        DEPLOY,
+        2,
+        "--python /bin/true did not answer as a Python interpreter does",
+    ),
+    ("--python hangs", ["--python", "{hang}"], DEPLOY, 2, "--python {hang} did not compile the probe within 0.5 s"),
+    ("nested 10,000 [", [], BAD_INPUTS["nested ["], 2, DEEP),
+    ("nested 10,000 -", [], BAD_INPUTS["nested -"], 2, DEEP),
+    ("nested 500 mappings", [], BAD_INPUTS["nested mappings"], 2, DEEP),
+    ("JSON nested 100,000 deep", [], b'{"a": ' * 100_000, 2, DEEP),
+    (
+        "billion laughs",
+        [],
+        BAD_INPUTS["billion laughs"],
+        2,
+        f"the input's aliases expand to more than {MAX_NODES} nodes (a billion laughs?), which is no manifest",
+    ),
+    (
+        "recursive alias",
+        [],
+        BAD_INPUTS["recursive alias"],
+        2,
+        "the input holds an alias inside its own anchor, a structure without end",
+    ),
+    ("binary", [], BAD_INPUTS["binary"], 2, "the input is not UTF-8 text (byte 0x89 at offset 0)"),
+    ("latin-1", [], BAD_INPUTS["latin-1"], 2, "the input is not UTF-8 text (byte 0xe9 at offset 21)"),
+    (
+        "NUL",
+        [],
+        BAD_INPUTS["NUL"],
+        2,
+        "the input is not valid YAML: unacceptable character #x0000: special characters are not allowed",
+    ),
+    ("huge single line", [], b"a: " + b"x" * MAX_BYTES + b"\n", 2, BIG),
+    (
+        "broken JSON",
+        [],
+        BAD_INPUTS["broken JSON"],
+        2,
+        "the input is not valid JSON: Expecting value: line 1 column 29 (char 28)",
+    ),
+    ("a scalar", [], BAD_INPUTS["a scalar"], 2, NOT_OBJECT.format("a string")),
+    ("a list", [], BAD_INPUTS["a list"], 2, NOT_OBJECT.format("a list")),
+    ("JSON numbers", [], BAD_INPUTS["JSON numbers"], 2, NOT_OBJECT.format("a number")),
+    (
+        "ResourceList without items",
+        [],
+        BAD_INPUTS["ResourceList without items"],
+        2,
+        "the ResourceList has no items list (a KRM function gets its resources there)",
+    ),
+    (
+        "duplicate keys",
+        [],
+        BAD_INPUTS["duplicate keys"],
+        2,
+        'the input is not valid YAML: found duplicate key "kind" with value "Service" (original value: "Pod") '
+        "(line 3, column 1)",
+    ),
+    (
+        "duplicate JSON keys",
+        [],
+        BAD_INPUTS["duplicate JSON keys"],
+        2,
+        "the input is not valid JSON: the key 'kind' is given twice in one object",
+    ),
+    (
+        "a number of 5000 digits",
+        [],
+        BAD_INPUTS["4300 digits"],
+        2,
+        "the input is not valid YAML: Exceeds the limit (4300 digits) for integer string conversion: value has "
+        "5000 digits",
+    ),
+    ("-f a folder", ["-f", "{dir}"], b"", 2, "-f {dir}: Is a directory"),
+    ("-f unreadable", ["-f", "/proc/self/mem"], b"", 2, "-f /proc/self/mem: Input/output error"),
+    ("-f missing", ["-f", "/nonexistent.yaml"], b"", 2, "-f /nonexistent.yaml: No such file or directory"),
+    ("-f endless", ["-f", "/dev/zero"], b"", 2, BIG),
+    (
+        "--pyz endless",
+        ["--pyz", "/dev/zero"],
+        DEPLOY,
+        2,
+        "--pyz /dev/zero is larger than 1 MiB, more than a ConfigMap holds",
+    ),
+    ("--check with changes", ["--check"], DEPLOY, 6, ""),
+    ("unknown flag", ["--nope"], DEPLOY, 2, "unknown option '--nope'"),
+    (
+        "--period of 5000 digits",
+        ["--period", "9" * 5000],
+        DEPLOY,
+        2,
+        f"--period must be a whole number >= 1 (got {'9' * 5000!r})",
+    ),
+    # Not errors: an empty input (a chart whose every template is switched off renders nothing, and Helm
+    # still runs its post-renderer: failing there would fail the release) and a mapping that is no
+    # Kubernetes object pass through as they came, as every document inject has nothing to do with.
+    ("empty input", [], b"", 0, ""),
+    ("only comments", [], b"# nothing here\n", 0, ""),
+    ("a mapping without kind", [], b"a: 1\n", 0, ""),
+]
+
+
+@pytest.mark.parametrize(
+    ("argv", "stdin", "code", "line"), [case[1:] for case in INJECT_CASES], ids=[case[0] for case in INJECT_CASES]
+)
+def test_inject_answers_each_bad_input_with_its_code_and_one_line(
+    argv: list[str], stdin: bytes, code: int, line: str, files: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert INJECT_CASES
+    monkeypatch.setattr(pyz, "COMPILE_TIMEOUT", 0.5)
+    result = run(["inject", *(word.format(**files) for word in argv)], stdin)
+    INJECT_ROW.check(result)
+    assert result.code == code, result
+    if line:
+        assert result.err == f"stallprobe inject: {line.format(**files)}\n"
+    elif code == ExitCode.OK and not argv:
+        assert result.out == stdin.decode()  # passed through as it came
+
+
+def test_inject_reads_no_terminal() -> None:
+    result = run(["inject"], tty=True)
+    assert (result.code, result.out) == (2, "")
+    assert (
+        result.err == "stallprobe inject: no manifests on stdin, which is a terminal: pipe them in, or give -f FILE\n"
+    )
+
+
+def test_a_closed_stdout_is_one_line_and_exit_7() -> None:
+    result = run(["inject", "--pyz", os.devnull], DEPLOY, closed=True)
+    assert (result.code, result.out) == (ExitCode.OUTPUT, "")
+    assert result.err == CLOSED
+
+
+def test_check_writes_nothing_and_says_what_would_change() -> None:
+    result = run(["inject", "--pyz", os.devnull, "--check"], DEPLOY)
+    assert (result.code, result.out) == (ExitCode.CHANGES, "")
+    assert "leader container vllm-leader: added the liveness probe" in result.err
+
+
+def test_inject_help_prints_its_exit_codes_from_the_table() -> None:
+    result = run(["inject", "--help"])
+    assert (result.code, result.out) == (0, help_text() + "\n")
+    lines = exit_lines("inject")
+    assert len(lines) == 4
+    assert "\n".join(["exit codes:", *lines]) in result.out
+    assert f"exit {ExitCode.CHANGES} when a run would change" in result.out
+
+
+# --- through the real command: a reader that goes away
+
+CLOSED = "stallprobe inject: stdout was closed before the output was whole (Broken pipe)\n"
+
+
+def _closed_early(*args: str, stdin: bytes = b"") -> tuple[int, str]:
+    """Run `python -m stallprobe ARGS` with its stdout a pipe whose reader has closed before it writes
+    (what `| head -1` becomes once head has its line): the exit code and stderr."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "stallprobe", *args],
+            input=stdin,
+            stdout=write,
+            stderr=subprocess.PIPE,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(write)
+    return done.returncode, done.stderr.decode()
+
+
+def test_a_reader_that_goes_away_is_exit_7_and_one_line() -> None:
+    code, err = _closed_early("inject", "-f", str(MANIFESTS / "gaie-vllm-gpu-deployment-092fdaa.yaml"))
+    assert (code, err) == (ExitCode.OUTPUT, CLOSED)
+
+
+def test_a_reader_gone_before_the_help_is_exit_7_too() -> None:
+    """Nothing is left for the interpreter's own flush at exit, which would print "Exception ignored" and
+    exit 120: the output is written and flushed before main returns, and stdout then points nowhere."""
+    code, err = _closed_early("inject", "--help")
+    assert (code, err) == (ExitCode.OUTPUT, CLOSED)
+
+
+def test_head_1_through_a_shell() -> None:
+    """The pipeline as a person types it. head exits once it has its line; inject, still writing the
+    ConfigMap (over 160 KB, more than a pipe holds), finds the pipe closed."""
+    manifest = MANIFESTS / "gaie-vllm-gpu-deployment-092fdaa.yaml"
+    done = subprocess.run(
+        ["bash", "-o", "pipefail", "-c", f'"{sys.executable}" -m stallprobe inject -f "{manifest}" | head -1'],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.stdout == manifest.read_text().splitlines(keepends=True)[0]
+    assert (done.returncode, done.stderr) == (ExitCode.OUTPUT, CLOSED)
+
+
+def test_the_table_reaches_every_code_inject_documents() -> None:
+    reached = {case[3] for case in INJECT_CASES} | {ExitCode.OUTPUT}
+    assert reached == {code for code, meanings in EXIT_TABLE.items() if "inject" in meanings}
