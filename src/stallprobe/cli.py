@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 
 from .console import emit, tell
-from .errors import StallprobeError
+from .errors import OutputError, StallprobeError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -68,8 +68,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         return probe_main(args, env)
     except StallprobeError as exc:
         message = " ".join(str(exc).splitlines())  # one line, whatever the input it quotes holds
-        if command == "inject":  # its stdout is the manifests: errors go to stderr
-            tell(f"stallprobe inject: {message}")
+        if command == "inject" or isinstance(exc, OutputError):  # stdout: the manifests, or gone
+            tell(f"stallprobe {command}: {message}")
         else:
             line = f"error: {message}"
             if _wants_json(command, args, env):

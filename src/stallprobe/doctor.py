@@ -18,7 +18,7 @@ from . import __version__
 from .console import emit, tell
 from .detector import Verdict, assess_engines, readiness
 from .engines import DIALECTS, SERVING, choose, precision_note
-from .errors import ExitCode, MetricsError, ScrapeError, ScrapeTimeout, exit_lines
+from .errors import ExitCode, MetricsError, OutputError, ScrapeError, ScrapeTimeout, exit_lines
 from .exposition import has_samples, is_declared
 from .observe import kubelet_timeout, observe, origin
 from .options import (
@@ -112,10 +112,8 @@ def configure(argv: Sequence[str], environ: Mapping[str, str]) -> DoctorConfig |
 
 
 class _Out:
-    """The report's lines, written as they come; `closed` once stdout took one no more."""
-
-    def __init__(self) -> None:
-        self.closed = False
+    """The report's lines, written as they come. OutputError when stdout takes one no more (`| head -1`):
+    the report cannot be whole, and nothing more is asked of the engine."""
 
     def say(self, label: str, text: str) -> None:
         """One topic: its label, then its text wrapped to the width, each line after the first indented."""
@@ -129,9 +127,8 @@ class _Out:
             self.line(f"{'':<{LABEL_WIDTH}}{line}")
 
     def line(self, text: str) -> None:
-        if not self.closed and not emit(text.rstrip()):
-            self.closed = True
-            tell("stallprobe doctor: stdout was closed before the report was whole")
+        if not emit(text.rstrip()):
+            raise OutputError("stdout was closed before the report was whole")
 
 
 class _Asked:
@@ -654,7 +651,8 @@ def _probe_block(config: DoctorConfig, door: _Door, dialect: Dialect, server_loa
 
 
 def run(config: DoctorConfig) -> int:
-    """Look, then report; the exit code (errors at the engine are reported here, not raised)."""
+    """Look, then report; the exit code. What the engine gets wrong is reported here, not raised; a
+    stdout that takes no more raises OutputError."""
     out = _Out()
     intervals = _intervals(config.seconds)
     out.line(f"stallprobe doctor: reading {config.url} for {secs(config.seconds)} s, {intervals + 1} looks")
@@ -662,7 +660,7 @@ def run(config: DoctorConfig) -> int:
     if door.code != ExitCode.OK or door.dialect is None:
         for label, text in door.lines:
             out.say(label, text)
-        return ExitCode.OUTPUT if out.closed else door.code
+        return door.code
     looks = _look(config)
     if looks.error is not None and not looks.seen:
         # The dialect named by --engine is not checked at the door: the first look's reading is.
@@ -670,9 +668,8 @@ def run(config: DoctorConfig) -> int:
             out.say("engine", _not_an_engine(door.page, config, str(looks.error)))
         else:
             out.say("engine", f"none: {looks.error}")
-        return ExitCode.OUTPUT if out.closed else looks.error.exit_code
-    code = _report(config, door, looks, out)
-    return ExitCode.OUTPUT if out.closed else code
+        return looks.error.exit_code
+    return _report(config, door, looks, out)
 
 
 def _report(config: DoctorConfig, door: _Door, looks: _Looks, out: _Out) -> int:
@@ -723,8 +720,8 @@ def main(argv: Sequence[str], environ: Mapping[str, str]) -> int:
     """`stallprobe doctor [options]`: look, then report (or print help or the version); the exit code."""
     config = configure(argv, environ)
     if isinstance(config, str):
-        text = help_text() if config == "help" else f"stallprobe {__version__}"
-        return ExitCode.OK if emit(text) else ExitCode.OUTPUT
+        _Out().line(help_text() if config == "help" else f"stallprobe {__version__}")
+        return ExitCode.OK
     try:
         return run(config)
     except KeyboardInterrupt:  # at the door or among the last questions (the looks report what they saw)
