@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
@@ -29,7 +30,7 @@ from stallprobe.cli import main
 from stallprobe.errors import EXIT_TABLE, ExitCode, exit_lines
 from stallprobe.inject.command import help_text
 from stallprobe.inject.manifests import MAX_BYTES, MAX_DEPTH, MAX_NODES
-from stallprobe.options import INJECT
+from stallprobe.options import INJECT, PROBE, WATCH
 
 MANIFESTS = REPO / "tests" / "fixtures" / "manifests"
 REAL = sorted(MANIFESTS.glob("*.yaml"))
@@ -84,16 +85,26 @@ class Command:
     results: frozenset[int]  # codes that answer the question asked (their output is on stdout)
     prefix: str  # how its error line starts
     runs: st.SearchStrategy[tuple[list[str], bytes, bool]]  # (arguments, stdin, stdout closed)
+    # Where its error line goes: inject's stdout is the manifests, so stderr; the probe's and watch's is
+    # what the kubelet (or a person) reads, so stdout, and stderr stays empty.
+    errors_to: str = "err"
+    # The words a result line that says "stalled" starts with (exit 1 means that and nothing else).
+    stalled: tuple[str, ...] = ()
 
-    def check(self, result: Run) -> None:
+    def check(self, result: Run, *, closed: bool = False) -> None:
         assert self.name in EXIT_TABLE.get(result.code, {}), result
-        assert result.code != ExitCode.STALLED, result
         assert "Traceback" not in result.out + result.err, result
+        if result.code == ExitCode.STALLED:
+            assert self.stalled, result  # a command that never judges an engine never says "stalled"
+            assert any(line.startswith(self.stalled) or '"stalled"' in line for line in result.out.splitlines())
         if result.code not in self.results:
-            assert result.out == "", result
-            assert result.err.endswith("\n"), result
-            assert result.err.count("\n") == 1, result
-            assert result.err.startswith(self.prefix), result
+            # With stdout closed, a line meant for it goes to stderr: someone may still read that.
+            to_err = self.errors_to == "err" or closed
+            line, other = (result.err, result.out) if to_err else (result.out, result.err)
+            assert other == "", result
+            assert line.endswith("\n"), result
+            assert line.count("\n") == 1, result
+            assert line.startswith(self.prefix) or (self.errors_to == "out" and line.startswith('{"error"')), result
 
 
 def _mutated(text: str, at: int, cut: int, insert: str) -> str:
@@ -201,7 +212,131 @@ INJECT_ROW = Command(
     prefix="stallprobe inject: ",
     runs=st.tuples(_inject_arguments(), _inject_inputs(), st.booleans()),
 )
-COMMANDS = [INJECT_ROW]
+
+
+# --- the probe and watch: an engine on loopback that answers each path its own way
+
+PAGE = (REPO / "tests" / "fixtures" / "real" / "vllm-0.32.0-cpu-busy.prom").read_bytes()
+# path -> (status, body, seconds held first)
+ANSWERS: dict[str, tuple[int, bytes, float]] = {
+    "/good/metrics": (200, PAGE, 0.0),
+    "/html/metrics": (200, b"<!doctype html><html><body>sign in</body></html>", 0.0),
+    "/garbage/metrics": (200, bytes(range(256)) * 4, 0.0),
+    "/empty/metrics": (200, b"", 0.0),
+    "/half/metrics": (200, PAGE[: len(PAGE) // 2], 0.0),
+    "/nan/metrics": (
+        200,
+        PAGE.replace(
+            b'vllm:num_requests_running{engine="0",model_name="tiny-llama"} 4.0',
+            b'vllm:num_requests_running{engine="0",model_name="tiny-llama"} NaN',
+        ),
+        0.0,
+    ),
+    "/slow/metrics": (200, PAGE, 2.0),
+    "/gone/metrics": (404, b"not found", 0.0),
+    "/locked/metrics": (401, b'{"error": "Unauthorized"}', 0.0),
+    "/broken/metrics": (500, b"boom", 0.0),
+}
+
+
+@pytest.fixture(scope="module")
+def places(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """What a generated run's {placeholders} stand for: each kind of engine's URL, and state files."""
+    import socket
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            status, body, hold = ANSWERS.get(self.path.split("?")[0], (404, b"", 0.0))
+            if hold:
+                time.sleep(hold)
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            return
+
+    class Server(ThreadingHTTPServer):
+        daemon_threads = True
+
+        def handle_error(self, request: object, client_address: object) -> None:
+            return  # a client that gave up (the probe's deadline) is not the test's failure
+
+    server = Server(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        refused = f"http://127.0.0.1:{free.getsockname()[1]}/metrics"
+    where = tmp_path_factory.mktemp("probe-contract")
+    (where / "folder").mkdir()
+    (where / "corrupt.state").write_bytes(b"stallprobe-state 3\nboot_id x\n\xff\xfe garbage\n")
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    found = {name.split("/")[1]: base + name for name in ANSWERS}
+    found.update(
+        refused=refused,
+        state=str(where / "probe.state"),
+        folder=str(where / "folder"),
+        corrupt=str(where / "corrupt.state"),
+        missing=str(where / "no" / "such" / "folder" / "probe.state"),
+    )
+    yield found
+    server.shutdown()
+    server.server_close()
+
+
+ENGINES = ["{" + name.split("/")[1] + "}" for name in ANSWERS] + ["{refused}"]
+STATES = ["{state}", "{folder}", "{corrupt}", "{missing}", "/dev/null"]
+
+
+def _engine_runs(flags: list[str], *, url_flag: str) -> st.SearchStrategy[list[str]]:
+    """Arguments for a command that looks at an engine: its URL and flags, good values and bad."""
+    value = st.one_of(st.sampled_from(BAD_VALUES + GOOD_VALUES + ["0.3", "always", "never"]), st.text(max_size=10))
+    token = st.one_of(
+        st.tuples(st.sampled_from(flags), value).map(list),
+        st.sampled_from(flags).map(lambda flag: [flag]),
+        st.sampled_from([["--nope"], ["-x"], ["--json=1"], ["junk"], ["--include-waiting=often"], ["--help"]]),
+    )
+    url = st.sampled_from(ENGINES).map(lambda place: [place] if not url_flag else [url_flag, place])
+    return st.tuples(url, st.lists(token, max_size=3)).map(lambda both: both[0] + [w for ws in both[1] for w in ws])
+
+
+PROBE_FLAGS = [o.flag for o in PROBE if o.flag not in ("--url", "--state-file", "--timeout", "--api-key-file")]
+PROBE_ROW = Command(
+    "probe",
+    results=frozenset({ExitCode.OK, ExitCode.STALLED}),
+    prefix="error: ",
+    runs=st.tuples(
+        st.tuples(
+            _engine_runs(PROBE_FLAGS, url_flag="--url"), st.sampled_from(STATES), st.sampled_from(["0.3", "1"])
+        ).map(lambda parts: [*parts[0], "--state-file", parts[1], "--timeout", parts[2]]),
+        st.just(b""),
+        st.booleans(),
+    ),
+    errors_to="out",
+    stalled=("stalled:", "not ready:"),
+)
+WATCH_FLAGS = [o.flag for o in WATCH if o.flag not in ("--listen", "--interval", "--timeout", "--on-stalled")]
+WATCH_FLAGS = [flag for flag in WATCH_FLAGS if flag not in ("--on-saturated", "--hook-timeout", "--once")]
+WATCH_ROW = Command(
+    "watch",
+    # --once answers with the worst verdict's code: alive, stalled, not scraped, not a page.
+    results=frozenset({ExitCode.OK, ExitCode.STALLED, ExitCode.SCRAPE, ExitCode.METRICS}),
+    prefix="error: ",
+    runs=st.tuples(
+        _engine_runs(WATCH_FLAGS, url_flag="").map(
+            lambda words: ["--once", "--interval", "0.05", "--timeout", "0.3", *words]
+        ),
+        st.just(b""),
+        st.booleans(),
+    ),
+    errors_to="out",
+    stalled=("http://",),
+)
+COMMANDS = [INJECT_ROW, PROBE_ROW, WATCH_ROW]
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=[command.name for command in COMMANDS])
@@ -212,7 +347,7 @@ def test_every_code_a_command_can_give_is_documented(command: Command) -> None:
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=[command.name for command in COMMANDS])
-def test_the_contract_holds_for_generated_runs(command: Command) -> None:
+def test_the_contract_holds_for_generated_runs(command: Command, places: dict[str, str]) -> None:
     @settings(
         derandomize=not FUZZ_EXAMPLES,
         database=None,
@@ -224,9 +359,10 @@ def test_the_contract_holds_for_generated_runs(command: Command) -> None:
     @given(command.runs)
     def holds(generated: tuple[list[str], bytes, bool]) -> None:
         argv, stdin, closed = generated
-        result = run([command.name, *argv], stdin, closed=closed)
+        argv = [word.format(**places) if word.startswith("{") else word for word in argv]
+        result = run([command.name, *argv] if command.name != "probe" else argv, stdin, closed=closed)
         event(f"exit {result.code}")
-        command.check(result)
+        command.check(result, closed=closed)
 
     holds()
 
@@ -366,7 +502,7 @@ INJECT_CASES: list[tuple[str, list[str], bytes, int, str]] = [
         ["--period", "9" * 5000],
         DEPLOY,
         2,
-        f"--period must be a whole number >= 1 (got {'9' * 5000!r})",
+        f"--period must be a whole number >= 1 (got {'9' * 200!r}...)",  # a line stays short
     ),
     # Not errors: an empty input (a chart whose every template is switched off renders nothing, and Helm
     # still runs its post-renderer: failing there would fail the release) and a mapping that is no
@@ -477,3 +613,62 @@ def test_head_1_through_a_shell() -> None:
 def test_the_table_reaches_every_code_inject_documents() -> None:
     reached = {case[3] for case in INJECT_CASES} | {ExitCode.OUTPUT}
     assert reached == {code for code, meanings in EXIT_TABLE.items() if "inject" in meanings}
+
+
+# --- the probe's and watch's table: each bad input, its code and its line (on stdout, where the kubelet
+# and a person read it)
+
+# (name, the command line ({key} names one of `places`), code, the start of the one line)
+ENGINE_CASES: list[tuple[str, list[str], int, str]] = [
+    ("probe: --timeout past any sane bound", ["--url", "{good}", "--timeout", "1e999"], 2, "error: --timeout must be"),
+    ("probe: --window of a year", ["--url", "{good}", "--window", "31536000"], 2, "error: --window must be at most"),
+    ("probe: a port past 65535", ["--url", "http://127.0.0.1:70000/metrics"], 2, "error: --url has an invalid port"),
+    ("probe: not http", ["--url", "ftp://127.0.0.1/metrics"], 2, "error: --url must be an http:// URL"),
+    ("probe: refused", ["--url", "{refused}"], 3, "error: scrape http://127.0.0.1:"),
+    ("probe: HTML", ["--url", "{html}"], 4, "error: not a metrics page: the server sent HTML"),
+    ("probe: garbage", ["--url", "{garbage}"], 4, "error: "),
+    ("probe: NaN", ["--url", "{nan}"], 4, "error: vllm:num_requests_running is nan, not a finite number"),
+    ("probe: 401", ["--url", "{locked}"], 3, "error: scrape http://127.0.0.1:"),
+    ("probe: a state folder", ["--url", "{good}", "--state-file", "{folder}"], 5, "error: state file "),
+    ("probe: a state file nowhere", ["--url", "{good}", "--state-file", "{missing}"], 5, "error: state file "),
+    ("probe: a corrupt state file", ["--url", "{good}", "--state-file", "{corrupt}"], 0, "baseline: 4 running"),
+    ("probe: a slow page", ["--url", "{slow}", "--timeout", "0.3"], 0, "suspect: scrape http://127.0.0.1:"),
+    ("watch: no URL", ["watch"], 2, "error: at least one URL is required"),
+    ("watch: a listen port past 65535", ["watch", "--listen", "127.0.0.1:99999", "{good}"], 2, "error: --listen"),
+    ("watch: a listen port of 5000 digits", ["watch", "--listen", "h:" + "9" * 5000, "{good}"], 2, "error: --listen"),
+    ("watch: --interval 0", ["watch", "--interval", "0", "{good}"], 2, "error: --interval must be a number > 0"),
+    ("watch: the same URL twice", ["watch", "{good}", "{good}"], 2, "error: URL "),
+    ("watch: a hook not on PATH", ["watch", "--on-stalled", "no-such-command-x", "{good}"], 2, "error: --on-stalled"),
+    ("watch: refused, once", ["watch", "--once", "--interval", "0.05", "{refused}"], 3, "http://127.0.0.1:"),
+    ("watch: HTML, once", ["watch", "--once", "--interval", "0.05", "{html}"], 4, "http://127.0.0.1:"),
+]
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "start"), [case[1:] for case in ENGINE_CASES], ids=[case[0] for case in ENGINE_CASES]
+)
+def test_probe_and_watch_answer_each_bad_input_with_its_code_and_one_line(
+    argv: list[str], code: int, start: str, places: dict[str, str]
+) -> None:
+    assert ENGINE_CASES
+    argv = [word.format(**places) for word in argv]
+    if argv[0] != "watch" and "--state-file" not in argv:
+        argv += ["--state-file", places["state"] + f".{len(argv)}.{code}"]
+    result = run(argv)
+    (PROBE_ROW if argv[0] != "watch" else WATCH_ROW).check(result)
+    assert result.code == code, result
+    assert result.out.startswith(start), result
+    assert result.err == ""
+
+
+def test_a_probe_whose_stdout_is_closed_keeps_its_verdicts_code_and_says_so_on_stderr(
+    places: dict[str, str],
+) -> None:
+    result = run(["--url", places["good"], "--state-file", places["state"] + ".closed"], closed=True)
+    assert (result.code, result.out) == (ExitCode.OK, "")
+    assert result.err.startswith("stallprobe: stdout is closed; the line was: baseline: 4 running")
+
+
+def test_watch_whose_reader_goes_away_stops_quietly() -> None:
+    code, err = _closed_early("watch", "--interval", "0.05", "http://127.0.0.1:1/metrics")
+    assert (code, err) == (ExitCode.OK, "")

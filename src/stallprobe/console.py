@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import sys
 
-__all__ = ["emit", "tell"]
+from .errors import ExitCode
+
+__all__ = ["emit", "show", "silence", "tell"]
 
 
 def emit(text: str) -> bool:
@@ -22,9 +24,17 @@ def emit(text: str) -> bool:
         sys.stdout.write(text + "\n")
         sys.stdout.flush()
     except (OSError, ValueError):  # a pipe with no reader, a closed descriptor; ValueError: a closed file
-        _silence()
+        silence()
         return False
     return True
+
+
+def show(text: str) -> int:
+    """Print --help or --version: OK, or OUTPUT (one line on stderr) when stdout could not take it."""
+    if emit(text):
+        return ExitCode.OK
+    tell("error: stdout was closed before the text was whole")
+    return ExitCode.OUTPUT
 
 
 def tell(text: str) -> None:
@@ -38,7 +48,7 @@ def tell(text: str) -> None:
         pass
 
 
-def _silence() -> None:
+def silence() -> None:
     """Point stdout's descriptor at /dev/null, so that the interpreter's last flush of what is still
     buffered succeeds (a failed one ends the process with status 120)."""
     try:
@@ -46,8 +56,9 @@ def _silence() -> None:
     except ImportError:  # not a POSIX system
         import os as system  # type: ignore[no-redef]
     try:
+        fd = sys.stdout.fileno()  # a stream with no descriptor of its own (a test's) is left alone
         null = system.open("/dev/null", system.O_WRONLY)
-        system.dup2(null, 1)
+        system.dup2(null, fd)
         system.close(null)
-    except OSError:
+    except (OSError, ValueError, AttributeError):
         pass

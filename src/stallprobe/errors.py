@@ -81,6 +81,8 @@ EXIT_TABLE: dict[int, dict[str, str]] = {
         "inject": "--check: a run would change the manifests",
     },
     ExitCode.OUTPUT: {
+        "probe": "--help or --version: stdout was closed before the text was whole (a verdict keeps its code)",
+        "watch": "--help or --version: stdout was closed before the text was whole",
         "inject": "stdout was closed before the manifests were whole (nothing is half-written on purpose)",
         "doctor": "stdout was closed before the report was whole",
     },

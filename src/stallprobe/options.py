@@ -188,8 +188,8 @@ def address(name: str, text: str) -> tuple[str, int]:
     """HOST:PORT (an IPv6 host in brackets), for a server to listen on; port 0 picks a free one."""
     host, _, port = text.rpartition(":")
     host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    if not host or not (port.isascii() and port.isdigit() and int(port) < 65536):
-        raise UsageError(f"{name} must be HOST:PORT (got {text!r})")
+    if not host or not (len(port) <= 5 and port.isascii() and port.isdigit() and int(port) < 65536):
+        raise UsageError(f"{name} must be HOST:PORT (got {_shown(text)})")
     return host, int(port)
 
 

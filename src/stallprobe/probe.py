@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 from . import __version__
-from .console import emit, tell
+from .console import emit, show, tell
 from .detector import Verdict, assess_engines, readiness
 from .errors import ExitCode, exit_lines
 from .options import PROBE, LookSettings, api_key, help_lines, parse
@@ -199,11 +199,7 @@ def _precision(seen: Observation, result: EnginesAssessment) -> str:
 def main(argv: Sequence[str], environ: Mapping[str, str]) -> int:
     """`stallprobe [options]`: run the probe once (or print help or the version); the exit code."""
     config = configure(argv, environ)
-    if config == "help":
-        _print(help_text())
-        return ExitCode.OK
-    if config == "version":
-        _print(f"stallprobe {__version__}")
-        return ExitCode.OK
+    if isinstance(config, str):
+        return show(help_text() if config == "help" else f"stallprobe {__version__}")
     assert isinstance(config, Config)
     return run(config)

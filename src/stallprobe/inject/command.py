@@ -19,6 +19,7 @@ from __future__ import annotations
 import sys
 
 from .. import __version__
+from ..console import silence, tell
 from ..errors import ExitCode, InjectError, OutputError, exit_lines
 from ..options import INJECT, PASSED_ON, EngineSettings, given_flags, help_lines, parse
 from .core import Options, configmap, container_fields, inject
@@ -157,33 +158,16 @@ def _emit(text: str) -> None:
                 data = data[written:]
         sys.stdout.flush()
     except (OSError, ValueError) as exc:  # ValueError: a closed stream
-        _drop_stdout()
+        silence()  # what is still buffered would fail again at exit (an "Exception ignored", exit 120)
         raise OutputError(
             f"stdout was closed before the output was whole ({getattr(exc, 'strerror', None) or exc})"
         ) from None
 
 
-def _drop_stdout() -> None:
-    """Point stdout at /dev/null: what is still buffered in it would fail again when the interpreter
-    flushes it at exit, which prints an "Exception ignored" traceback and exits 120."""
-    import os
-
-    try:
-        null = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(null, sys.stdout.fileno())
-        os.close(null)
-    except (OSError, ValueError, AttributeError):  # no file descriptor (a test's stream), or no stdout
-        pass
-
-
 def _say(lines: list[str]) -> None:
     """The log on stderr; when nobody reads it, the output still counts."""
-    try:
-        for line in lines:
-            print(f"stallprobe inject: {line}", file=sys.stderr)
-        sys.stderr.flush()
-    except (OSError, ValueError, AttributeError):
-        pass
+    for line in lines:
+        tell(f"stallprobe inject: {line}")
 
 
 def options_of(config: InjectConfig, pyz: bytes) -> Options:

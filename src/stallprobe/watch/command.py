@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 
-from ..console import tell
+from ..console import show, silence, tell
 from ..errors import ExitCode, UsageError, exit_lines
 from ..options import WATCH, api_key, help_lines, parse, url
 from .hooks import HOOK_FLAGS
@@ -129,7 +129,7 @@ def _run(watch: Watch, output: Output, board: Board | None) -> int:
         try:
             _show(output, rows)
         except _OutputGone:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # nothing left to flush at exit
+            silence()  # nothing left to flush at exit
         return once_code(rows)  # the verdicts make the code, whether or not anyone read them
     next_at = time.monotonic()
     while True:
@@ -162,14 +162,10 @@ def main(argv: Sequence[str], environ: Mapping[str, str]) -> int:
     UsageError for a bad flag or URL (cli.main() prints it).
     """
     config = configure(argv, environ)
-    if config == "help":
-        print(help_text())
-        return ExitCode.OK
-    if config == "version":
+    if isinstance(config, str):
         from .. import __version__
 
-        print(f"stallprobe {__version__}")
-        return ExitCode.OK
+        return show(help_text() if config == "help" else f"stallprobe {__version__}")
     assert isinstance(config, WatchConfig)
     watch = Watch(config, environ)
     # Started with stdout closed (a service that only serves --listen): nothing to show it on.
@@ -185,7 +181,7 @@ def main(argv: Sequence[str], environ: Mapping[str, str]) -> int:
             raise UsageError(f"--listen {config.listen[0]}:{config.listen[1]}: {exc.strerror or exc}") from None
         host, port = str(server.server_address[0]), int(server.server_address[1])
         shown = f"[{host}]" if ":" in host else host
-        print(f"stallprobe watch: serving http://{shown}:{port}/metrics and /ready?url=URL", file=sys.stderr)
+        tell(f"stallprobe watch: serving http://{shown}:{port}/metrics and /ready?url=URL")
     # SIGTERM (systemd stopping the watchdog) ends it as cleanly as Ctrl-C does.
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _stop) if main_thread else None
@@ -196,7 +192,7 @@ def main(argv: Sequence[str], environ: Mapping[str, str]) -> int:
     except _OutputGone:
         # The reader went away (`| head`), or stdout was closed: nothing more to say, and nothing to flush
         # at exit.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+        silence()
         return ExitCode.OK
     finally:
         try:
