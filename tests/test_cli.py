@@ -15,13 +15,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from pytest_httpserver import HTTPServer
-from werkzeug import Request, Response
 
 from conftest import RawServer, fixture_page, llamacpp_page, sglang_page, vllm_page
 from stallprobe import Sample, State
@@ -29,6 +27,7 @@ from stallprobe.cli import main
 from stallprobe.errors import EXIT_MEANINGS, EXIT_TABLE, ExitCode, StallprobeError
 from stallprobe.probe import help_text
 from stallprobe.statefile import load, read_boot_id, save
+from stubengine import StubEngine
 
 Behave = Callable[[socket.socket, threading.Event], None]
 StartRaw = Callable[[Behave], RawServer]
@@ -56,26 +55,10 @@ def one_line(result: subprocess.CompletedProcess[str]) -> str:
     return lines[0]
 
 
-class Engine:
-    """A stub engine: pytest-httpserver serving whatever page the test sets."""
-
-    def __init__(self, server: HTTPServer) -> None:
-        self.page = vllm_page(0, 0, 0)
-        self.status = 200
-        self.content_type = "text/plain; version=0.0.4; charset=utf-8"
-        self.url = server.url_for("/metrics")
-        server.expect_request("/metrics").respond_with_handler(self._handle)
-
-    def _handle(self, request: Request) -> Response:
-        return Response(self.page, status=self.status, content_type=self.content_type)
-
-    def set(self, running: float, generation: float, prompt: float, waiting: float = 0.0) -> None:
-        self.page = vllm_page(running, generation, prompt, waiting)
-
-
 @pytest.fixture
-def engine(httpserver: HTTPServer) -> Engine:
-    return Engine(httpserver)
+def engine() -> Iterator[StubEngine]:
+    with StubEngine() as stub:
+        yield stub
 
 
 @pytest.fixture
@@ -98,7 +81,7 @@ def ago(seconds: float) -> float:
 # --- the verdicts, through the real command
 
 
-def test_first_run_is_a_baseline(engine: Engine, state_file: str) -> None:
+def test_first_run_is_a_baseline(engine: StubEngine, state_file: str) -> None:
     engine.set(21, 900, 400)
     result = probe("--url", engine.url, "--state-file", state_file)
     assert result.returncode == ExitCode.OK
@@ -109,7 +92,7 @@ def test_first_run_is_a_baseline(engine: Engine, state_file: str) -> None:
     assert (saved["0"].last.running, saved["0"].last.generation, saved["0"].last.prompt) == (21, 900, 400)
 
 
-def test_frozen_busy_engine_is_suspect_then_stalled(engine: Engine, state_file: str) -> None:
+def test_frozen_busy_engine_is_suspect_then_stalled(engine: StubEngine, state_file: str) -> None:
     from conftest import rewind
 
     engine.set(21, 900, 400)
@@ -126,7 +109,7 @@ def test_frozen_busy_engine_is_suspect_then_stalled(engine: Engine, state_file: 
     assert one_line(stalled).startswith("stalled: 21 running, 0 waiting; no token progress for ")
 
 
-def test_stalled_line_names_the_time_and_the_window(engine: Engine, state_file: str) -> None:
+def test_stalled_line_names_the_time_and_the_window(engine: StubEngine, state_file: str) -> None:
     engine.set(21, 900, 400)
     remember(state_file, Sample(21, 900, 400, ago(134)))
     result = probe("--url", engine.url, "--state-file", state_file)
@@ -136,7 +119,7 @@ def test_stalled_line_names_the_time_and_the_window(engine: Engine, state_file: 
     )
 
 
-def test_stall_is_not_declared_before_the_window(engine: Engine, state_file: str) -> None:
+def test_stall_is_not_declared_before_the_window(engine: StubEngine, state_file: str) -> None:
     engine.set(21, 900, 400)
     remember(state_file, Sample(21, 900, 400, ago(100)))
     result = probe("--url", engine.url, "--state-file", state_file)
@@ -144,7 +127,7 @@ def test_stall_is_not_declared_before_the_window(engine: Engine, state_file: str
     assert one_line(result).startswith("suspect: ")
 
 
-def test_progress_clears_a_stall(engine: Engine, state_file: str) -> None:
+def test_progress_clears_a_stall(engine: StubEngine, state_file: str) -> None:
     engine.set(4, 1340, 412)
     then = ago(500)
     remember(state_file, Sample(4, 1000, 400, then), stall_since=then)
@@ -156,7 +139,7 @@ def test_progress_clears_a_stall(engine: Engine, state_file: str) -> None:
     )
 
 
-def test_long_prefill_is_not_a_stall(engine: Engine, state_file: str) -> None:
+def test_long_prefill_is_not_a_stall(engine: StubEngine, state_file: str) -> None:
     engine.set(1, 0, 131072)
     remember(state_file, Sample(1, 0, 0, ago(300)))
     result = probe("--url", engine.url, "--state-file", state_file)
@@ -164,7 +147,7 @@ def test_long_prefill_is_not_a_stall(engine: Engine, state_file: str) -> None:
     assert one_line(result).startswith("progressing: 1 running, 0 waiting; +131072 prompt and +0 generation")
 
 
-def test_saturated_engine_is_alive_and_says_do_not_restart(engine: Engine, state_file: str) -> None:
+def test_saturated_engine_is_alive_and_says_do_not_restart(engine: StubEngine, state_file: str) -> None:
     engine.set(12, 5035, 900, waiting=99)
     remember(state_file, Sample(12, 5000, 900, ago(200), 80))
     result = probe("--url", engine.url, "--state-file", state_file)
@@ -174,7 +157,7 @@ def test_saturated_engine_is_alive_and_says_do_not_restart(engine: Engine, state
     assert line.endswith("; busy, not stuck: do not restart")
 
 
-def test_deep_queue_does_not_excuse_a_frozen_engine(engine: Engine, state_file: str) -> None:
+def test_deep_queue_does_not_excuse_a_frozen_engine(engine: StubEngine, state_file: str) -> None:
     engine.set(12, 5000, 900, waiting=99)
     remember(state_file, Sample(12, 5000, 900, ago(200), 99))
     result = probe("--url", engine.url, "--state-file", state_file)
@@ -182,7 +165,7 @@ def test_deep_queue_does_not_excuse_a_frozen_engine(engine: Engine, state_file: 
     assert one_line(result).startswith("stalled: 12 running, 99 waiting;")
 
 
-def test_idle_engine_is_never_stalled(engine: Engine, state_file: str) -> None:
+def test_idle_engine_is_never_stalled(engine: StubEngine, state_file: str) -> None:
     engine.set(0, 900, 400)
     remember(state_file, Sample(0, 900, 400, ago(86400)))
     result = probe("--url", engine.url, "--state-file", state_file, "--window", "1")
@@ -190,7 +173,7 @@ def test_idle_engine_is_never_stalled(engine: Engine, state_file: str) -> None:
     assert one_line(result) == "idle: 0 running, 0 waiting"
 
 
-def test_restarted_engine_restarts_the_baseline(engine: Engine, state_file: str) -> None:
+def test_restarted_engine_restarts_the_baseline(engine: StubEngine, state_file: str) -> None:
     engine.set(3, 10, 10)
     then = ago(600)
     remember(state_file, Sample(3, 90000, 50000, then), stall_since=then)
@@ -202,7 +185,7 @@ def test_restarted_engine_restarts_the_baseline(engine: Engine, state_file: str)
     )
 
 
-def test_state_from_another_boot_restarts_the_baseline(engine: Engine, state_file: str) -> None:
+def test_state_from_another_boot_restarts_the_baseline(engine: StubEngine, state_file: str) -> None:
     engine.set(3, 10, 10)
     save(state_file, {"0": State(Sample(3, 10, 10, ago(600)))}, "another-boot")
     result = probe("--url", engine.url, "--state-file", state_file)
@@ -210,11 +193,9 @@ def test_state_from_another_boot_restarts_the_baseline(engine: Engine, state_fil
     assert one_line(result).startswith("baseline: 3 running, 0 waiting; state file is from another boot")
 
 
-def test_real_vllm_page_gives_its_numbers(httpserver: HTTPServer, state_file: str) -> None:
-    httpserver.expect_request("/metrics").respond_with_data(
-        fixture_page("vllm-0.32.0-cpu-busy.prom"), content_type="text/plain; version=0.0.4; charset=utf-8"
-    )
-    result = probe("--url", httpserver.url_for("/metrics"), "--state-file", state_file, "--json")
+def test_real_vllm_page_gives_its_numbers(engine: StubEngine, state_file: str) -> None:
+    engine.route("/metrics", fixture_page("vllm-0.32.0-cpu-busy.prom"))
+    result = probe("--url", engine.url, "--state-file", state_file, "--json")
     assert result.returncode == ExitCode.OK
     fields = json.loads(one_line(result))
     assert fields["verdict"] == "baseline"
@@ -227,7 +208,7 @@ def test_real_vllm_page_gives_its_numbers(httpserver: HTTPServer, state_file: st
     assert (fields["stalled_for"], fields["window"]) == (0, 120)
 
 
-def test_json_output_of_a_stall(engine: Engine, state_file: str) -> None:
+def test_json_output_of_a_stall(engine: StubEngine, state_file: str) -> None:
     engine.set(21, 900, 400)
     remember(state_file, Sample(21, 900, 400, ago(134)))
     result = probe("--url", engine.url, "--state-file", state_file, "--json", "--window", "60")
@@ -258,18 +239,16 @@ def test_connection_refused_is_a_scrape_failure(state_file: str) -> None:
 
 
 @pytest.mark.parametrize(("status", "words"), [(500, "HTTP 500"), (404, "HTTP 404"), (401, "HTTP 401")])
-def test_non_2xx_is_a_scrape_failure(engine: Engine, state_file: str, status: int, words: str) -> None:
-    engine.status = status
+def test_non_2xx_is_a_scrape_failure(engine: StubEngine, state_file: str, status: int, words: str) -> None:
+    engine.route("/metrics", engine.metrics_page, status)
     result = probe("--url", engine.url, "--state-file", state_file)
     assert result.returncode == ExitCode.SCRAPE
     assert words in one_line(result)
 
 
-def test_redirect_is_not_followed(httpserver: HTTPServer, state_file: str) -> None:
-    httpserver.expect_request("/metrics").respond_with_response(
-        Response(status=302, headers={"Location": "http://example.invalid/metrics"})
-    )
-    result = probe("--url", httpserver.url_for("/metrics"), "--state-file", state_file)
+def test_redirect_is_not_followed(engine: StubEngine, state_file: str) -> None:
+    engine.route("/metrics", b"", 302, headers={"Location": "http://example.invalid/metrics"})
+    result = probe("--url", engine.url, "--state-file", state_file)
     assert result.returncode == ExitCode.SCRAPE
     assert "HTTP 302" in one_line(result)
     assert "not followed" in one_line(result)
@@ -356,14 +335,14 @@ def test_misbehaving_server_is_a_scrape_failure_within_the_deadline(
         (vllm_page(1, 2, 3) + b"vllm:num_requests_running{model_name=oops} 1\n", "malformed label set"),
     ],
 )
-def test_not_a_metrics_page(engine: Engine, state_file: str, page: bytes, words: str) -> None:
-    engine.page = page
+def test_not_a_metrics_page(engine: StubEngine, state_file: str, page: bytes, words: str) -> None:
+    engine.route("/metrics", page)
     result = probe("--url", engine.url, "--state-file", state_file)
     assert result.returncode == ExitCode.METRICS
     assert words in one_line(result)
 
 
-def test_corrupt_state_restarts_the_baseline_and_is_rewritten(engine: Engine, state_file: str) -> None:
+def test_corrupt_state_restarts_the_baseline_and_is_rewritten(engine: StubEngine, state_file: str) -> None:
     engine.set(2, 5, 5)
     Path(state_file).write_bytes(b"\x00\xffgarbage{")
     result = probe("--url", engine.url, "--state-file", state_file)
@@ -375,21 +354,21 @@ def test_corrupt_state_restarts_the_baseline_and_is_rewritten(engine: Engine, st
     assert (saved is not None, why) == (True, "")
 
 
-def test_unwritable_state_file_is_exit_5(engine: Engine, tmp_path: Path) -> None:
+def test_unwritable_state_file_is_exit_5(engine: StubEngine, tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
     result = probe("--url", engine.url, "--state-file", str(tmp_path / "file" / "probe.state"))
     assert result.returncode == ExitCode.STATE
     assert one_line(result).endswith("mount an emptyDir at /tmp or point --state-file elsewhere")
 
 
-def test_directory_at_the_state_path_is_exit_5(engine: Engine, tmp_path: Path) -> None:
+def test_directory_at_the_state_path_is_exit_5(engine: StubEngine, tmp_path: Path) -> None:
     (tmp_path / "probe.state").mkdir()
     result = probe("--url", engine.url, "--state-file", str(tmp_path / "probe.state"))
     assert result.returncode == ExitCode.STATE
     assert "cannot be read: Is a directory" in one_line(result)
 
 
-def test_sixteen_probes_at_once_leave_a_valid_file(engine: Engine, state_file: str) -> None:
+def test_sixteen_probes_at_once_leave_a_valid_file(engine: StubEngine, state_file: str) -> None:
     engine.set(5, 100, 100)
     with ThreadPoolExecutor(16) as pool:
         results = list(pool.map(lambda _: probe("--url", engine.url, "--state-file", state_file), range(16)))
@@ -406,7 +385,7 @@ def test_sixteen_probes_at_once_leave_a_valid_file(engine: Engine, state_file: s
 # --- flags and environment
 
 
-def test_environment_variables_configure_the_probe(engine: Engine, state_file: str) -> None:
+def test_environment_variables_configure_the_probe(engine: StubEngine, state_file: str) -> None:
     engine.set(21, 900, 400)
     remember(state_file, Sample(21, 900, 400, ago(50)))
     env = {
@@ -421,7 +400,7 @@ def test_environment_variables_configure_the_probe(engine: Engine, state_file: s
     assert json.loads(one_line(result))["window"] == 30
 
 
-def test_flags_win_over_the_environment(engine: Engine, state_file: str) -> None:
+def test_flags_win_over_the_environment(engine: StubEngine, state_file: str) -> None:
     engine.set(21, 900, 400)
     remember(state_file, Sample(21, 900, 400, ago(50)))
     env = {"STALLPROBE_URL": refuse(), "STALLPROBE_WINDOW": "30", "STALLPROBE_STATE_FILE": "/nonexistent/x"}
@@ -430,7 +409,7 @@ def test_flags_win_over_the_environment(engine: Engine, state_file: str) -> None
     assert one_line(result).startswith("suspect: ")
 
 
-def test_saturation_threshold_flag(engine: Engine, state_file: str) -> None:
+def test_saturation_threshold_flag(engine: StubEngine, state_file: str) -> None:
     engine.set(4, 20, 20, waiting=3)
     remember(state_file, Sample(4, 10, 20, ago(10)))
     result = probe("--url", engine.url, "--state-file", state_file, "--saturation", "4")
@@ -440,14 +419,14 @@ def test_saturation_threshold_flag(engine: Engine, state_file: str) -> None:
     assert one_line(result).startswith("saturated: 4 running, 3 waiting")
 
 
-def test_default_state_file_is_per_url_in_tmpdir(engine: Engine, tmp_path: Path) -> None:
+def test_default_state_file_is_per_url_in_tmpdir(engine: StubEngine, tmp_path: Path) -> None:
     engine.set(1, 1, 1)
     probe("--url", engine.url, env={"TMPDIR": str(tmp_path)})
     other = engine.url.replace("/metrics", "/metrics?x=1")
     probe("--url", other, env={"TMPDIR": str(tmp_path)})
     names = sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock"))
     assert len(names) == 2
-    assert all(n.startswith("stallprobe-localhost_") and n.endswith(".state") for n in names)
+    assert all(n.startswith("stallprobe-127.0.0.1_") and n.endswith(".state") for n in names)
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.endswith(".lock")) == [f"{n}.lock" for n in names]
 
 
@@ -564,7 +543,7 @@ def test_every_error_carries_a_documented_exit_code() -> None:
         assert error.exit_code not in (ExitCode.OK, ExitCode.STALLED), error
 
 
-def test_installed_script_behaves_like_the_module(engine: Engine, state_file: str) -> None:
+def test_installed_script_behaves_like_the_module(engine: StubEngine, state_file: str) -> None:
     script = Path(sys.executable).parent / "stallprobe"
     assert script.exists(), "the package must install a `stallprobe` script"
     engine.set(0, 0, 0)
@@ -609,14 +588,14 @@ def dp_page(engines: dict[str, tuple[float, float, float]]) -> bytes:
     return "".join(parts).encode()
 
 
-def test_one_wedged_engine_among_moving_ones_is_named(engine: Engine, state_file: str) -> None:
+def test_one_wedged_engine_among_moving_ones_is_named(engine: StubEngine, state_file: str) -> None:
     then = ago(200)
     save(
         state_file,
         {"0": State(Sample(3, 100, 50, then)), "1": State(Sample(4, 700, 90, then))},
         read_boot_id(),
     )
-    engine.page = dp_page({"0": (3, 50, 900), "1": (4, 90, 700)})
+    engine.route("/metrics", dp_page({"0": (3, 50, 900), "1": (4, 90, 700)}))
     result = probe("--url", engine.url, "--state-file", state_file)
     assert result.returncode == ExitCode.STALLED
     assert re.fullmatch(
@@ -627,8 +606,8 @@ def test_one_wedged_engine_among_moving_ones_is_named(engine: Engine, state_file
     assert sorted(saved) == ["0", "1"]
 
 
-def test_engines_in_json(engine: Engine, state_file: str) -> None:
-    engine.page = dp_page({"0": (3, 50, 900), "1": (0, 90, 700)})
+def test_engines_in_json(engine: StubEngine, state_file: str) -> None:
+    engine.route("/metrics", dp_page({"0": (3, 50, 900), "1": (0, 90, 700)}))
     fields = json.loads(one_line(probe("--url", engine.url, "--state-file", state_file, "--json")))
     assert (fields["dialect"], fields["engine"], fields["running"], fields["generation_tokens"]) == (
         "vllm",
@@ -642,9 +621,9 @@ def test_engines_in_json(engine: Engine, state_file: str) -> None:
     ]
 
 
-def test_an_engine_that_appears_is_a_baseline_not_a_stall(engine: Engine, state_file: str) -> None:
+def test_an_engine_that_appears_is_a_baseline_not_a_stall(engine: StubEngine, state_file: str) -> None:
     remember(state_file, Sample(3, 900, 50, ago(300)), engine="0")
-    engine.page = dp_page({"0": (3, 50, 950), "1": (4, 0, 0)})
+    engine.route("/metrics", dp_page({"0": (3, 50, 950), "1": (4, 0, 0)}))
     result = probe("--url", engine.url, "--state-file", state_file)
     assert result.returncode == ExitCode.OK
     assert one_line(result).startswith("progressing: engine 0 of 2: 3 running")
@@ -681,23 +660,23 @@ def test_an_engine_that_appears_is_a_baseline_not_a_stall(engine: Engine, state_
     ],
 )
 def test_each_engine_through_the_real_command(
-    engine: Engine, state_file: str, before: bytes, after: bytes, flags: list[str], code: int, start: str
+    engine: StubEngine, state_file: str, before: bytes, after: bytes, flags: list[str], code: int, start: str
 ) -> None:
     from conftest import rewind
 
-    engine.page = before
+    engine.route("/metrics", before)
     args = ["--url", engine.url, "--state-file", state_file, *flags]
     assert probe(*args).returncode == 0
-    engine.page = after
+    engine.route("/metrics", after)
     rewind(state_file, 0.3)
     result = probe(*args, "--window", "0.2")
     assert (result.returncode, one_line(result)[: len(start)]) == (code, start)
 
 
-def test_llamacpp_stall_line_says_when_rounding_can_hide_progress(engine: Engine, state_file: str) -> None:
+def test_llamacpp_stall_line_says_when_rounding_can_hide_progress(engine: StubEngine, state_file: str) -> None:
     from conftest import rewind
 
-    engine.page = llamacpp_page(1, 3.5e6, 2.1e6, 4.20001e6)
+    engine.route("/metrics", llamacpp_page(1, 3.5e6, 2.1e6, 4.20001e6))
     args = ["--url", engine.url, "--state-file", state_file]
     probe(*args)
     rewind(state_file, 0.3)
@@ -706,21 +685,21 @@ def test_llamacpp_stall_line_says_when_rounding_can_hide_progress(engine: Engine
     assert line.endswith("; llamacpp prints 6 significant digits, so an advance under 10 is invisible")
 
 
-def test_engine_flag_on_the_wrong_page_is_exit_4(engine: Engine, state_file: str) -> None:
-    engine.page = llamacpp_page(1, 1, 1, 1)
+def test_engine_flag_on_the_wrong_page_is_exit_4(engine: StubEngine, state_file: str) -> None:
+    engine.route("/metrics", llamacpp_page(1, 1, 1, 1))
     result = probe("--url", engine.url, "--state-file", state_file, "--engine", "vllm")
     assert result.returncode == ExitCode.METRICS
     assert one_line(result).startswith("error: not a vllm metrics page: none of vllm:num_requests_running")
 
 
-def test_ambiguous_page_is_exit_4(engine: Engine, state_file: str) -> None:
-    engine.page = vllm_page(1, 2, 3) + llamacpp_page(1, 1, 1, 1)
+def test_ambiguous_page_is_exit_4(engine: StubEngine, state_file: str) -> None:
+    engine.route("/metrics", vllm_page(1, 2, 3) + llamacpp_page(1, 1, 1, 1))
     result = probe("--url", engine.url, "--state-file", state_file)
     assert result.returncode == ExitCode.METRICS
     assert one_line(result) == "error: the page fits vllm and llamacpp: pass --engine to choose"
 
 
-def test_renamed_families_through_flags(engine: Engine, state_file: str) -> None:
+def test_renamed_families_through_flags(engine: StubEngine, state_file: str) -> None:
     from conftest import rewind
 
     page = (
@@ -728,7 +707,7 @@ def test_renamed_families_through_flags(engine: Engine, state_file: str) -> None
         .replace(b"vllm:num_requests_running", b"fork:busy")
         .replace(b"vllm:prompt_tokens", b"fork:prefill")
     )
-    engine.page = page
+    engine.route("/metrics", page)
     args = ["--url", engine.url, "--state-file", state_file, "--running-metric", "fork:busy"]
     env = {"STALLPROBE_PROMPT_METRIC": "fork:prefill_total"}
     assert one_line(probe(*args, env=env)).startswith("baseline: 2 running")
@@ -736,13 +715,13 @@ def test_renamed_families_through_flags(engine: Engine, state_file: str) -> None
     assert probe(*args, "--window", "0.2", env=env).returncode == ExitCode.STALLED
 
 
-def test_engine_label_none_judges_the_page_as_one(engine: Engine, state_file: str) -> None:
-    engine.page = dp_page({"0": (3, 50, 900), "1": (4, 90, 700)})
+def test_engine_label_none_judges_the_page_as_one(engine: StubEngine, state_file: str) -> None:
+    engine.route("/metrics", dp_page({"0": (3, 50, 900), "1": (4, 90, 700)}))
     line = one_line(probe("--url", engine.url, "--state-file", state_file, "--engine-label", "none"))
     assert line.startswith("baseline: 7 running, 0 waiting; first run")
 
 
-def test_include_waiting_stalls_a_queue_behind_nothing(engine: Engine, state_file: str) -> None:
+def test_include_waiting_stalls_a_queue_behind_nothing(engine: StubEngine, state_file: str) -> None:
     engine.set(0, 10, 10, waiting=5)
     remember(state_file, Sample(0, 10, 10, ago(300), 5))
     args = ["--url", engine.url, "--state-file", state_file]
@@ -755,13 +734,13 @@ def test_include_waiting_stalls_a_queue_behind_nothing(engine: Engine, state_fil
     assert probe(*args, env={"STALLPROBE_INCLUDE_WAITING": "1"}).returncode == ExitCode.STALLED
 
 
-def test_progress_metric_counts_as_life(engine: Engine, state_file: str) -> None:
+def test_progress_metric_counts_as_life(engine: StubEngine, state_file: str) -> None:
     from conftest import rewind
 
     args = ["--url", engine.url, "--state-file", state_file, "--window", "0.2"]
-    engine.page = vllm_page(2, 10, 10) + b"custom_steps 1\nother_beat 5\n"
+    engine.route("/metrics", vllm_page(2, 10, 10) + b"custom_steps 1\nother_beat 5\n")
     probe(*args, "--progress-metric", "custom_steps", "--progress-metric", "other_beat")
-    engine.page = vllm_page(2, 10, 10) + b"custom_steps 2\nother_beat 5\n"
+    engine.route("/metrics", vllm_page(2, 10, 10) + b"custom_steps 2\nother_beat 5\n")
     rewind(state_file, 0.3)
     result = probe(*args, "--progress-metric", "custom_steps", "--progress-metric", "other_beat")
     assert (result.returncode, one_line(result)[:24]) == (0, "progressing: 2 running, ")

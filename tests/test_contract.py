@@ -19,6 +19,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, event, given, settings
@@ -273,7 +274,8 @@ def places(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]
         refused = f"http://127.0.0.1:{free.getsockname()[1]}/metrics"
     where = tmp_path_factory.mktemp("probe-contract")
     (where / "folder").mkdir()
-    (where / "corrupt.state").write_bytes(b"stallprobe-state 3\nboot_id x\n\xff\xfe garbage\n")
+    os.mkfifo(where / "fifo")
+    (where / "corrupt.state").write_bytes(CORRUPT)
     base = f"http://127.0.0.1:{server.server_address[1]}"
     found = {name.split("/")[1]: base + name for name in ANSWERS}
     found.update(
@@ -281,6 +283,7 @@ def places(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]
         state=str(where / "probe.state"),
         folder=str(where / "folder"),
         corrupt=str(where / "corrupt.state"),
+        fifo=str(where / "fifo"),
         missing=str(where / "no" / "such" / "folder" / "probe.state"),
     )
     yield found
@@ -288,8 +291,10 @@ def places(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]
     server.server_close()
 
 
+CORRUPT = b"stallprobe-state 3\nboot_id x\n\xff\xfe garbage\n"
 ENGINES = ["{" + name.split("/")[1] + "}" for name in ANSWERS] + ["{refused}"]
-STATES = ["{state}", "{folder}", "{corrupt}", "{missing}", "/dev/null"]
+# Never /dev/null itself: a probe that wrongly replaced it would break the machine, not just the test.
+STATES = ["{state}", "{folder}", "{corrupt}", "{missing}", "{fifo}"]
 
 
 def _engine_runs(flags: list[str], *, url_flag: str) -> st.SearchStrategy[list[str]]:
@@ -632,6 +637,7 @@ ENGINE_CASES: list[tuple[str, list[str], int, str]] = [
     ("probe: a state folder", ["--url", "{good}", "--state-file", "{folder}"], 5, "error: state file "),
     ("probe: a state file nowhere", ["--url", "{good}", "--state-file", "{missing}"], 5, "error: state file "),
     ("probe: a corrupt state file", ["--url", "{good}", "--state-file", "{corrupt}"], 0, "baseline: 4 running"),
+    ("probe: a FIFO at the state path", ["--url", "{good}", "--state-file", "{fifo}"], 5, "error: state file "),
     ("probe: a slow page", ["--url", "{slow}", "--timeout", "0.3"], 0, "suspect: scrape http://127.0.0.1:"),
     ("watch: no URL", ["watch"], 2, "error: at least one URL is required"),
     ("watch: a listen port past 65535", ["watch", "--listen", "127.0.0.1:99999", "{good}"], 2, "error: --listen"),
@@ -651,6 +657,7 @@ def test_probe_and_watch_answer_each_bad_input_with_its_code_and_one_line(
     argv: list[str], code: int, start: str, places: dict[str, str]
 ) -> None:
     assert ENGINE_CASES
+    Path(places["corrupt"]).write_bytes(CORRUPT)  # the generated runs may have left a good state there
     argv = [word.format(**places) for word in argv]
     if argv[0] != "watch" and "--state-file" not in argv:
         argv += ["--state-file", places["state"] + f".{len(argv)}.{code}"]

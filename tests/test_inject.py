@@ -6,13 +6,11 @@ from __future__ import annotations
 import base64
 import copy
 import difflib
-import http.server
 import io
 import json
 import os
 import subprocess
 import sys
-import threading
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,11 +19,12 @@ from typing import Any
 import pytest
 import yaml
 
-from conftest import REPO, rewind, validate, vllm_page
+from conftest import REPO, rewind, validate
 from stallprobe.errors import ExitCode
 from stallprobe.inject import PYZ_PATH, Choice, Options, decide, engine_of, inject, pod_specs, read_documents
 from stallprobe.inject.manifests import MAX_BYTES, MAX_DEPTH, MAX_NODES, NO_RUAMEL
 from stallprobe.pyz import build
+from stubengine import StubEngine
 
 
 def container(name: str = "vllm", image: str = "vllm/vllm-openai:v0.11.0", **extra: Any) -> dict[str, Any]:
@@ -438,35 +437,10 @@ def test_the_deploy_example_is_what_inject_makes_of_it() -> None:
 # --- the injected command, run as the kubelet runs it
 
 
-class StubEngine:
-    """A vLLM page on 127.0.0.1:<port> whose numbers the test sets."""
-
-    def __init__(self) -> None:
-        self.page = vllm_page(0, 0, 0)
-        outer = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                body = outer.page
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: object) -> None:
-                return
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-
 @pytest.fixture
 def stub() -> Iterator[StubEngine]:
-    engine = StubEngine()
-    yield engine
-    engine.server.shutdown()
-    engine.server.server_close()
+    with StubEngine() as engine:
+        yield engine
 
 
 def test_the_injected_command_as_the_kubelet_runs_it(stub: StubEngine, tmp_path: Path) -> None:
@@ -490,16 +464,16 @@ def test_the_injected_command_as_the_kubelet_runs_it(stub: StubEngine, tmp_path:
         )
         return done.returncode, done.stdout
 
-    stub.page = vllm_page(4, 100, 50)
+    stub.set(4, 100, 50)
     assert kubelet()[0] == 0  # baseline
-    stub.page = vllm_page(4, 180, 50)
+    stub.set(4, 180, 50)
     code, line = kubelet()
     assert (code, line[:12]) == (0, "progressing:")
     [state] = tmp_path.glob("stallprobe-*.state")  # the probe's own file, in TMPDIR
     rewind(state, 1.2)  # the counters stop for longer than the window
     code, line = kubelet()
     assert (code, line[:8]) == (1, "stalled:")
-    stub.page = vllm_page(4, 181, 50)
+    stub.set(4, 181, 50)
     assert kubelet()[0] == 0
 
 

@@ -10,9 +10,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ import pytest
 from conftest import FIXTURES, fixture_page, rewind, vllm_page
 from stallprobe.errors import ExitCode
 from stallprobe.statefile import load, read_boot_id
+from stubengine import Route, StubEngine
 
 # vLLM's answers, as 0.32 gives them (entrypoints/serve, entrypoints/rl/online).
 MODELS = json.dumps({"object": "list", "data": [{"id": "tiny-llama", "object": "model"}]}).encode()
@@ -27,78 +27,13 @@ COMPLETION = json.dumps({"id": "cmpl-1", "object": "text_completion", "choices":
 WINDOW = 120.0
 
 
-class Route:
-    """What the stub answers on one path: a status, a body (or what makes a new one for every request),
-    and how long it holds the answer first."""
-
-    def __init__(
-        self, body: bytes | Callable[[], bytes], status: int = 200, hold: float = 0.0, content_type: str = ""
-    ) -> None:
-        fixed = b"" if callable(body) else body
-        self.make: Callable[[], bytes] = body if callable(body) else (lambda: fixed)
-        self.status = status
-        self.hold = hold
-        self.content_type = content_type or ("application/json" if fixed[:1] in b"{[" else "text/plain")
-
-
-class Stub:
-    """A stub vLLM on loopback: every request in a thread of its own, so a held route holds no other."""
-
-    def __init__(self) -> None:
-        self.routes: dict[str, Route] = {"/metrics": Route(vllm_page(0, 10, 10))}
-        self.seen: list[tuple[str, str, str]] = []  # (method, path, Authorization)
-        self.release = threading.Event()
-        stub = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def _answer(self) -> None:
-                stub.seen.append((self.command, self.path, self.headers.get("Authorization", "")))
-                length = int(self.headers.get("Content-Length") or 0)
-                if length:
-                    self.rfile.read(length)
-                route = stub.routes.get(self.path)
-                if route is None:
-                    self.send_response(404)
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
-                    return
-                if route.hold:
-                    stub.release.wait(route.hold)  # a hung engine: the client gives up first
-                body = route.make()
-                self.send_response(route.status)
-                self.send_header("Content-Type", route.content_type)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            do_GET = do_POST = _answer
-
-            def log_message(self, format: str, *args: object) -> None:
-                return
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/metrics"
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-        self.thread.start()
-
-    def count(self, path: str) -> int:
-        return sum(1 for _, seen, _ in self.seen if seen == path)
-
-    def close(self) -> None:
-        self.release.set()
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture
-def stub() -> Iterator[Stub]:
-    engine = Stub()
-    yield engine
-    engine.close()
+def stub() -> Iterator[StubEngine]:
+    with StubEngine(generation=10, prompt=10) as engine:
+        yield engine
 
 
-def probe(stub: Stub, state: Path, *args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
+def probe(stub: StubEngine, state: Path, *args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
     """The exact command a pod runs; its exit code and its one line."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("STALLPROBE_", "VLLM_", "LLAMA_"))}
     result = subprocess.run(
@@ -118,12 +53,12 @@ def probe(stub: Stub, state: Path, *args: str, env: dict[str, str] | None = None
 
 
 def test_a_busy_engine_whose_metrics_hold_past_the_deadline_is_suspect_until_the_window(
-    stub: Stub, tmp_path: Path
+    stub: StubEngine, tmp_path: Path
 ) -> None:
     state = tmp_path / "probe.state"
     stub.routes["/metrics"] = Route(vllm_page(4, 100, 50))
     assert probe(stub, state)[0] == ExitCode.OK  # baseline
-    stub.routes["/metrics"] = Route(vllm_page(4, 100, 50), hold=30)
+    stub.routes["/metrics"] = Route(vllm_page(4, 100, 50), hang=True)
     for _ in range(3):
         code, line = probe(stub, state)
         assert code == ExitCode.OK, line
@@ -142,7 +77,7 @@ def test_a_busy_engine_whose_metrics_hold_past_the_deadline_is_suspect_until_the
 # --- paused on purpose: never restarted
 
 
-def test_a_pause_that_only_is_paused_tells_is_paused_not_stalled(stub: Stub, tmp_path: Path) -> None:
+def test_a_pause_that_only_is_paused_tells_is_paused_not_stalled(stub: StubEngine, tmp_path: Path) -> None:
     """vLLM's /pause?mode=keep freezes the page with requests running (a real page of it is a fixture):
     only GET /is_paused tells, and it is asked only when the engine would otherwise be suspect."""
     state = tmp_path / "probe.state"
@@ -175,7 +110,7 @@ def test_a_pause_that_only_is_paused_tells_is_paused_not_stalled(stub: Stub, tmp
     ("route", "why"),
     [
         (None, "the route is absent (404): not in dev mode"),
-        (Route(b'{"is_paused": true}', hold=30), "no answer within its deadline: a wedged core never answers"),
+        (Route(b'{"is_paused": true}', hang=True), "no answer within its deadline: a wedged core never answers"),
         (Route(b"<html>paused</html>"), "not JSON"),
         (Route(b'{"is_paused": "yes"}'), "not the answer vLLM gives"),
         (Route(b'{"is_paused": true}', status=500), "an error"),
@@ -183,7 +118,7 @@ def test_a_pause_that_only_is_paused_tells_is_paused_not_stalled(stub: Stub, tmp
     ids=["absent", "hung", "html", "not_true", "error"],
 )
 def test_no_clear_answer_from_is_paused_is_never_paused(
-    stub: Stub, tmp_path: Path, route: Route | None, why: str
+    stub: StubEngine, tmp_path: Path, route: Route | None, why: str
 ) -> None:
     state = tmp_path / "probe.state"
     stub.routes["/metrics"] = Route(vllm_page(4, 100, 50))
@@ -198,7 +133,7 @@ def test_no_clear_answer_from_is_paused_is_never_paused(
     assert time.monotonic() - started < 20  # the question has its own deadline (1 s)
 
 
-def test_an_engine_asleep_is_paused_from_its_page_alone(stub: Stub, tmp_path: Path) -> None:
+def test_an_engine_asleep_is_paused_from_its_page_alone(stub: StubEngine, tmp_path: Path) -> None:
     state = tmp_path / "probe.state"
     asleep = vllm_page(4, 100, 50) + (
         b'vllm:engine_sleep_state{engine="0",model_name="m",sleep_state="awake"} 0.0\n'
@@ -215,7 +150,7 @@ def test_an_engine_asleep_is_paused_from_its_page_alone(stub: Stub, tmp_path: Pa
     assert stub.count("/is_paused") == 0  # the page said it: nothing more to ask
 
 
-def test_paused_in_json(stub: Stub, tmp_path: Path) -> None:
+def test_paused_in_json(stub: StubEngine, tmp_path: Path) -> None:
     state = tmp_path / "probe.state"
     stub.routes["/metrics"] = Route(vllm_page(4, 100, 50))
     stub.routes["/is_paused"] = Route(b'{"is_paused": true}')
@@ -230,7 +165,7 @@ def test_paused_in_json(stub: Stub, tmp_path: Path) -> None:
 # --- requests hung at an engine that looks idle
 
 
-def test_a_healthy_idle_engine_answers_the_canary_and_gets_few(stub: Stub, tmp_path: Path) -> None:
+def test_a_healthy_idle_engine_answers_the_canary_and_gets_few(stub: StubEngine, tmp_path: Path) -> None:
     state = tmp_path / "probe.state"
     stub.routes["/v1/models"] = Route(MODELS)
     stub.routes["/v1/completions"] = Route(COMPLETION)
@@ -241,19 +176,19 @@ def test_a_healthy_idle_engine_answers_the_canary_and_gets_few(stub: Stub, tmp_p
     for _ in range(3):  # within --canary-interval: no second canary
         assert probe(stub, state, "--canary") == (ExitCode.OK, "idle: 0 running, 0 waiting")
     assert stub.count("/v1/completions") == 1
-    (body,) = [seen for seen in stub.seen if seen[1] == "/v1/completions"]
-    assert body[0] == "POST"
+    (canary,) = stub.received("/v1/completions")
+    assert canary.method == "POST"
     rewind(state, 601)  # the default interval: 10 minutes
     assert probe(stub, state, "--canary")[1].startswith("idle: 0 running, 0 waiting; the canary was answered in ")
     assert stub.count("/v1/completions") == 2
 
 
-def test_requests_hung_at_an_idle_looking_engine_are_stalled_with_the_canary(stub: Stub, tmp_path: Path) -> None:
+def test_requests_hung_at_an_idle_looking_engine_are_stalled_with_the_canary(stub: StubEngine, tmp_path: Path) -> None:
     """The engine core frozen while idle: requests hang, the page says 0 running, 0 waiting. Without the
     canary the probe cannot see it; with it, a canary that gets no answer starts the clock."""
     state = tmp_path / "probe.state"
     stub.routes["/v1/models"] = Route(MODELS)
-    stub.routes["/v1/completions"] = Route(COMPLETION, hold=30)
+    stub.routes["/v1/completions"] = Route(COMPLETION, hang=True)
     probe(stub, state, "--canary")
     code, line = probe(stub, state, "--canary")
     assert (code, line) == (
@@ -274,10 +209,10 @@ def test_requests_hung_at_an_idle_looking_engine_are_stalled_with_the_canary(stu
     assert probe(stub, other) == (ExitCode.OK, "idle: 0 running, 0 waiting")
 
 
-def test_an_answered_canary_ends_the_stall_clock(stub: Stub, tmp_path: Path) -> None:
+def test_an_answered_canary_ends_the_stall_clock(stub: StubEngine, tmp_path: Path) -> None:
     state = tmp_path / "probe.state"
     stub.routes["/v1/models"] = Route(MODELS)
-    stub.routes["/v1/completions"] = Route(COMPLETION, hold=30)
+    stub.routes["/v1/completions"] = Route(COMPLETION, hang=True)
     probe(stub, state, "--canary")
     assert probe(stub, state, "--canary")[1].startswith("suspect: ")
     stub.routes["/v1/completions"] = Route(COMPLETION)
@@ -286,7 +221,7 @@ def test_an_answered_canary_ends_the_stall_clock(stub: Stub, tmp_path: Path) -> 
     assert (code, line.split(";")[0]) == (ExitCode.OK, "idle: 0 running, 0 waiting")
 
 
-def test_a_busy_engine_never_gets_a_canary(stub: Stub, tmp_path: Path) -> None:
+def test_a_busy_engine_never_gets_a_canary(stub: StubEngine, tmp_path: Path) -> None:
     state = tmp_path / "probe.state"
     stub.routes["/v1/models"] = Route(MODELS)
     stub.routes["/v1/completions"] = Route(COMPLETION)
@@ -313,7 +248,7 @@ def test_a_busy_engine_never_gets_a_canary(stub: Stub, tmp_path: Path) -> None:
     ids=["html", "no_model", "not_json", "server_error", "unauthorized", "not_a_completion"],
 )
 def test_a_canary_that_gets_a_wrong_answer_is_one_line_and_its_code(
-    stub: Stub, tmp_path: Path, models: Route, completions: Route, code: int, words: str
+    stub: StubEngine, tmp_path: Path, models: Route, completions: Route, code: int, words: str
 ) -> None:
     state = tmp_path / "probe.state"
     stub.routes["/v1/models"] = models
@@ -325,7 +260,9 @@ def test_a_canary_that_gets_a_wrong_answer_is_one_line_and_its_code(
     assert words in line
 
 
-def test_requests_the_server_counts_in_flight_at_an_idle_looking_engine_are_stalled(stub: Stub, tmp_path: Path) -> None:
+def test_requests_the_server_counts_in_flight_at_an_idle_looking_engine_are_stalled(
+    stub: StubEngine, tmp_path: Path
+) -> None:
     """vLLM's /load with --enable-server-load-tracking: no canary needed."""
     state = tmp_path / "probe.state"
     stub.routes["/load"] = Route(b'{"server_load": 3}')
@@ -345,22 +282,22 @@ def test_requests_the_server_counts_in_flight_at_an_idle_looking_engine_are_stal
 # --- credentials
 
 
-def test_the_engines_own_key_is_sent_and_never_shown(stub: Stub, tmp_path: Path) -> None:
+def test_the_engines_own_key_is_sent_and_never_shown(stub: StubEngine, tmp_path: Path) -> None:
     state = tmp_path / "probe.state"
     code, line = probe(stub, state, env={"VLLM_API_KEY": "sk-secret-1"})
     assert code == ExitCode.OK
-    assert stub.seen[-1][2] == "Bearer sk-secret-1"
+    assert stub.requests[-1].header("Authorization") == "Bearer sk-secret-1"
     assert "sk-secret" not in line
     probe(stub, state, env={"LLAMA_API_KEY": "k1,k2"})
-    assert stub.seen[-1][2] == "Bearer k1"
+    assert stub.requests[-1].header("Authorization") == "Bearer k1"
 
 
-def test_a_key_file_wins_and_a_bad_one_is_a_usage_error(stub: Stub, tmp_path: Path) -> None:
+def test_a_key_file_wins_and_a_bad_one_is_a_usage_error(stub: StubEngine, tmp_path: Path) -> None:
     state = tmp_path / "probe.state"
     key = tmp_path / "key"
     key.write_text("sk-from-file\n")
     probe(stub, state, "--api-key-file", str(key), env={"VLLM_API_KEY": "sk-env"})
-    assert stub.seen[-1][2] == "Bearer sk-from-file"
+    assert stub.requests[-1].header("Authorization") == "Bearer sk-from-file"
     code, line = probe(stub, state, "--api-key-file", str(tmp_path / "absent"))
     assert (code, line) == (ExitCode.USAGE, f"error: --api-key-file {tmp_path / 'absent'}: No such file or directory")
     key.write_text("two\nlines\n")
@@ -379,7 +316,7 @@ def test_a_key_file_wins_and_a_bad_one_is_a_usage_error(stub: Stub, tmp_path: Pa
     ],
 )
 def test_a_route_that_wants_a_key_or_metrics_that_are_off_say_so(
-    stub: Stub, tmp_path: Path, status: int, words: str
+    stub: StubEngine, tmp_path: Path, status: int, words: str
 ) -> None:
     stub.routes["/metrics"] = Route(b'{"error": "Invalid API Key"}', status=status)
     code, line = probe(stub, tmp_path / "probe.state")
@@ -388,7 +325,7 @@ def test_a_route_that_wants_a_key_or_metrics_that_are_off_say_so(
 
 
 def test_watch_asks_a_stuck_looking_vllm_whether_it_is_paused_and_never_runs_its_stalled_hook(
-    stub: Stub, tmp_path: Path
+    stub: StubEngine, tmp_path: Path
 ) -> None:
     """The watchdog's own first rule: a paused engine is shown paused, and --on-stalled does not run."""
     stub.routes["/metrics"] = Route(vllm_page(4, 100, 50))
@@ -413,7 +350,7 @@ def test_watch_asks_a_stuck_looking_vllm_whether_it_is_paused_and_never_runs_its
 # --- readiness: serving and not stuck, from the same history as liveness
 
 
-def test_ready_when_serving_and_moving_and_a_saturated_engine_stays_ready(stub: Stub, tmp_path: Path) -> None:
+def test_ready_when_serving_and_moving_and_a_saturated_engine_stays_ready(stub: StubEngine, tmp_path: Path) -> None:
     state = tmp_path / "probe.state"
     stub.routes["/health"] = Route(b"")
     stub.routes["/metrics"] = Route(vllm_page(4, 100, 50))
@@ -423,7 +360,7 @@ def test_ready_when_serving_and_moving_and_a_saturated_engine_stays_ready(stub: 
     assert (code, line.split(";")[0]) == (ExitCode.OK, "ready: saturated: 12 running, 99 waiting")
 
 
-def test_not_ready_while_the_engine_says_it_is_loading(stub: Stub, tmp_path: Path) -> None:
+def test_not_ready_while_the_engine_says_it_is_loading(stub: StubEngine, tmp_path: Path) -> None:
     stub.routes["/health"] = Route(b'{"error": {"message": "Loading model"}}', status=503)
     code, line = probe(stub, tmp_path / "probe.state", "--ready")
     assert (code, line) == (
@@ -432,7 +369,7 @@ def test_not_ready_while_the_engine_says_it_is_loading(stub: Stub, tmp_path: Pat
     )
 
 
-def test_readiness_drains_a_wedged_engine_long_before_liveness_restarts_it(stub: Stub, tmp_path: Path) -> None:
+def test_readiness_drains_a_wedged_engine_long_before_liveness_restarts_it(stub: StubEngine, tmp_path: Path) -> None:
     """One state file, two windows: readiness fails after --drain-after (30 s), liveness only after its
     window (120 s); each run of either judges the same stall clock."""
     state = tmp_path / "probe.state"
@@ -454,7 +391,7 @@ def test_readiness_drains_a_wedged_engine_long_before_liveness_restarts_it(stub:
     assert probe(stub, state, "--ready")[1].startswith("ready: progressing: 4 running")
 
 
-def test_a_paused_engine_is_alive_but_not_ready(stub: Stub, tmp_path: Path) -> None:
+def test_a_paused_engine_is_alive_but_not_ready(stub: StubEngine, tmp_path: Path) -> None:
     state = tmp_path / "probe.state"
     stub.routes["/health"] = Route(b"")
     asleep = vllm_page(0, 100, 50) + b'vllm:engine_sleep_state{engine="0",model_name="m",sleep_state="awake"} 0.0\n'
@@ -464,7 +401,9 @@ def test_a_paused_engine_is_alive_but_not_ready(stub: Stub, tmp_path: Path) -> N
     assert (code, line.split(";")[0]) == (ExitCode.STALLED, "not ready: paused: 0 running, 0 waiting")
 
 
-def test_liveness_and_readiness_at_once_never_lose_a_sample_nor_reset_the_clock(stub: Stub, tmp_path: Path) -> None:
+def test_liveness_and_readiness_at_once_never_lose_a_sample_nor_reset_the_clock(
+    stub: StubEngine, tmp_path: Path
+) -> None:
     """24 runs at once, half of each kind, against an engine whose counter moves on every scrape: the
     state ends with the highest counter served. Then the same against a frozen engine: the stall clock
     that the first run started is the one every later run keeps."""
@@ -511,12 +450,12 @@ def test_liveness_and_readiness_at_once_never_lose_a_sample_nor_reset_the_clock(
     ("completions", "verdict", "words"),
     [
         (Route(COMPLETION), "idle", "the canary was answered in "),
-        (Route(COMPLETION, hold=30), "suspect", "the canary got no answer within 1.0 s"),
+        (Route(COMPLETION, hang=True), "suspect", "the canary got no answer within 1.0 s"),
     ],
     ids=["answered", "hung"],
 )
 def test_watch_sends_the_canary_to_an_idle_looking_engine_as_the_probe_does(
-    stub: Stub, completions: Route, verdict: str, words: str
+    stub: StubEngine, completions: Route, verdict: str, words: str
 ) -> None:
     stub.routes["/v1/models"] = Route(MODELS)
     stub.routes["/v1/completions"] = completions
@@ -531,13 +470,13 @@ def test_watch_sends_the_canary_to_an_idle_looking_engine_as_the_probe_does(
     assert stub.count("/v1/completions") == 1  # the first poll is the baseline: nothing to compare yet
 
 
-def test_readiness_of_an_engine_whose_metrics_stop_answering(stub: Stub, tmp_path: Path) -> None:
+def test_readiness_of_an_engine_whose_metrics_stop_answering(stub: StubEngine, tmp_path: Path) -> None:
     """A slow /metrics keeps the engine ready until nothing has answered for the drain window."""
     state = tmp_path / "probe.state"
     stub.routes["/health"] = Route(b"")
     stub.routes["/metrics"] = Route(vllm_page(4, 100, 50))
     probe(stub, state, "--ready")
-    stub.routes["/metrics"] = Route(vllm_page(4, 100, 50), hold=30)
+    stub.routes["/metrics"] = Route(vllm_page(4, 100, 50), hang=True)
     code, line = probe(stub, state, "--ready")
     assert code == ExitCode.OK
     assert line.startswith(f"ready: suspect: scrape {stub.url}: no complete answer within 1 s; nothing answered for ")
@@ -565,7 +504,7 @@ BUILT = Path(__file__).parent / "fixtures" / "built"
     ids=["built", "real", "real_with_a_deferred_request_behind_it"],
 )
 def test_requests_waiting_for_capacity_with_nothing_running_stall_with_default_flags(
-    stub: Stub, tmp_path: Path, page: Path, waiting: int
+    stub: StubEngine, tmp_path: Path, page: Path, waiting: int
 ) -> None:
     """The wedge users report most: running 0, 3 waiting for capacity, nothing moves, /health 200."""
     state = tmp_path / "probe.state"
@@ -597,7 +536,7 @@ def test_requests_waiting_for_capacity_with_nothing_running_stall_with_default_f
         ("vllm-0.32-kv-consumer-waiting-remote-kv.prom", "KV fetched from the prefill peer"),
     ],
 )
-def test_requests_the_engine_defers_are_never_owed(stub: Stub, tmp_path: Path, page: str, why: str) -> None:
+def test_requests_the_engine_defers_are_never_owed(stub: StubEngine, tmp_path: Path, page: str, why: str) -> None:
     state = tmp_path / "probe.state"
     stub.routes["/metrics"] = Route((BUILT / page).read_bytes())
     probe(stub, state)
@@ -608,7 +547,9 @@ def test_requests_the_engine_defers_are_never_owed(stub: Stub, tmp_path: Path, p
     assert probe(stub, state, "--include-waiting")[1].startswith("suspect: 0 running, 2 waiting")
 
 
-def test_a_paused_engine_with_requests_queued_for_capacity_is_paused_not_stalled(stub: Stub, tmp_path: Path) -> None:
+def test_a_paused_engine_with_requests_queued_for_capacity_is_paused_not_stalled(
+    stub: StubEngine, tmp_path: Path
+) -> None:
     """vLLM's /pause?mode=wait ends in the wedge's shape (running 0, capacity 3, frozen): /is_paused tells."""
     state = tmp_path / "probe.state"
     stub.routes["/metrics"] = Route((BUILT / "vllm-0.32-capacity-nothing-running.prom").read_bytes())
@@ -641,7 +582,7 @@ def loads(running: int, waiting: int, **peer: int) -> bytes:
     ids=["waiting_on_its_peer", "wedged_in_a_batch", "no_live_counts"],
 )
 def test_sglang_page_of_a_stale_batch_is_judged_by_the_schedulers_own_counts(
-    stub: Stub, tmp_path: Path, live: Route | None, verdict: str
+    stub: StubEngine, tmp_path: Path, live: Route | None, verdict: str
 ) -> None:
     """SGLang writes its gauges only after a batch: a decode instance waiting on its prefill peer shows the
     last batch running (3) with every counter frozen. /v1/loads has the scheduler's own numbers."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -182,3 +183,15 @@ def test_boot_id_is_read_where_the_kernel_has_one() -> None:
         assert boot == read_boot_id()
     else:
         assert boot == ""
+
+
+def test_a_device_or_fifo_at_the_path_is_never_replaced(tmp_path: Path) -> None:
+    """--state-file /dev/null would replace the machine's /dev/null with a file: refused, the node kept."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(
+        StateFileError, match=f"^state file {fifo} is not a regular file; point --state-file at a file$"
+    ):
+        save(str(fifo), {"0": State(Sample(1, 2, 3, 4))}, "boot")
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
+    assert not [p for p in tmp_path.iterdir() if p.name != "fifo"]  # no temporary file left behind

@@ -25,14 +25,12 @@ import termios
 import threading
 import time
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import IO
 
 import pytest
-from pytest_httpserver import HTTPServer
 
-from conftest import RawServer, vllm_page
+from conftest import RawServer
 from stallprobe.cli import main as cli_main
 from stallprobe.detector import DEFAULT_WINDOW
 from stallprobe.errors import ExitCode
@@ -40,6 +38,7 @@ from stallprobe.options import DEFAULT_COOLDOWN
 from stallprobe.watch.command import configure, help_text
 from stallprobe.watch.poll import Row, Watch, WatchConfig
 from stallprobe.watch.view import endpoint_name, once_code, table
+from stubengine import StubEngine
 
 Behave = Callable[[socket.socket, threading.Event], None]
 StartRaw = Callable[[Behave], RawServer]
@@ -49,81 +48,56 @@ WAIT = 60.0  # the bound on any wait for an eventual state: far above what a loa
 MODES = {"idle": (0, 0, 0), "saturated": (12, 99, 7), "wedged": (21, 0, 0), "moving": (4, 0, 5), "queued": (0, 3, 0)}
 
 
-class SimEngine:
-    """A simulated vLLM engine on loopback. Each scrape advances its counter by its mode's step, so a
-    wedged engine's counters stay where they were when it wedged, as a real one's do."""
+def dp_page(engine: StubEngine) -> bytes:
+    """Data parallelism: engine 0 wedged, engine 1 moving."""
+    rows = (("0", 3, 500), ("1", 4, 600 + 5 * engine.count("/metrics")))
+    return "".join(
+        f'vllm:num_requests_running{{engine="{e}",model_name="m"}} {r}\n'
+        f'vllm:prompt_tokens_total{{engine="{e}",model_name="m"}} 70\n'
+        f'vllm:generation_tokens_total{{engine="{e}",model_name="m"}} {g}\n'
+        for e, r, g in rows
+    ).encode()
 
-    def __init__(self, mode: str) -> None:
-        self.mode = mode
-        self.lock = threading.Lock()
-        self.generation = 1000
-        self.scrapes = 0
-        engine = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                page = engine.page()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-                self.send_header("Content-Length", str(len(page)))
-                self.end_headers()
-                self.wfile.write(page)
+def fork_page(engine: StubEngine) -> bytes:
+    """A fork that renamed every family and labels its engines by "rank". No token counter moves; rank
+    0's step counter does."""
+    ranks = (("0", engine.count("/metrics")), ("1", 9))
+    return "".join(
+        f'fork:busy{{rank="{r}"}} 2\n'
+        f'fork:queue{{rank="{r}"}} 0\n'
+        f'fork:prefilled_total{{rank="{r}"}} 70\n'
+        f'fork:decoded_total{{rank="{r}"}} 500\n'
+        f'fork:steps_total{{rank="{r}"}} {steps}\n'
+        for r, steps in ranks
+    ).encode()
 
-            def log_message(self, format: str, *args: object) -> None:
-                pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/metrics"
-        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
-        self.thread.start()
+PAGES: dict[str, Callable[[StubEngine], bytes]] = {
+    "html": lambda _: b"<!doctype html><html><body>login</body></html>\n",
+    "dp": dp_page,
+    "fork": fork_page,
+}
 
-    def page(self) -> bytes:
-        with self.lock:
-            self.scrapes += 1
-            mode = self.mode
-            if mode == "html":
-                return b"<!doctype html><html><body>login</body></html>\n"
-            if mode == "dp":
-                # Data parallelism: engine 0 wedged, engine 1 moving.
-                rows = (("0", 3, 500), ("1", 4, 600 + 5 * self.scrapes))
-                return "".join(
-                    f'vllm:num_requests_running{{engine="{e}",model_name="m"}} {r}\n'
-                    f'vllm:prompt_tokens_total{{engine="{e}",model_name="m"}} 70\n'
-                    f'vllm:generation_tokens_total{{engine="{e}",model_name="m"}} {g}\n'
-                    for e, r, g in rows
-                ).encode()
-            if mode == "fork":
-                # A fork that renamed every family and labels its engines by "rank". No token counter
-                # moves; rank 0's step counter does.
-                ranks = (("0", self.scrapes), ("1", 9))
-                return "".join(
-                    f'fork:busy{{rank="{r}"}} 2\n'
-                    f'fork:queue{{rank="{r}"}} 0\n'
-                    f'fork:prefilled_total{{rank="{r}"}} 70\n'
-                    f'fork:decoded_total{{rank="{r}"}} 500\n'
-                    f'fork:steps_total{{rank="{r}"}} {steps}\n'
-                    for r, steps in ranks
-                ).encode()
-            running, waiting, step = MODES[mode]
-            self.generation += step
-            return vllm_page(running, self.generation, 400, waiting)
 
-    def set(self, mode: str) -> None:
-        with self.lock:
-            self.mode = mode
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+def become(engine: StubEngine, mode: str) -> None:
+    """Put a simulated engine in a mode: one of MODES, its counters going on from where they are (a wedged
+    engine's stay where they were when it wedged, as a real one's do), or a page of PAGES."""
+    if mode in PAGES:
+        engine.route("/metrics", lambda: PAGES[mode](engine))
+        return
+    running, waiting, step = MODES[mode]
+    engine.set(running, waiting=waiting, generation_step=step)
+    engine.route("/metrics", engine.metrics_page)
 
 
 @pytest.fixture
-def pool() -> Iterator[Callable[[str], SimEngine]]:
-    engines: list[SimEngine] = []
+def pool() -> Iterator[Callable[[str], StubEngine]]:
+    engines: list[StubEngine] = []
 
-    def start(mode: str) -> SimEngine:
-        engines.append(SimEngine(mode))
+    def start(mode: str) -> StubEngine:
+        engines.append(StubEngine(generation=1000, prompt=400))
+        become(engines[-1], mode)
         return engines[-1]
 
     yield start
@@ -276,7 +250,7 @@ REQUIRED = {"url", "engine", "verdict", "running", "waiting", "prompt_tokens_per
 
 
 def test_a_pool_gets_the_right_verdict_per_engine_in_json_lines(
-    pool: Callable[[str], SimEngine], watching: Callable[..., Watcher]
+    pool: Callable[[str], StubEngine], watching: Callable[..., Watcher]
 ) -> None:
     idle, saturated, wedged, dp, html = (pool(m) for m in ("idle", "saturated", "wedged", "dp", "html"))
     dead = refuse()
@@ -350,7 +324,9 @@ ONCE = [
 
 
 @pytest.mark.parametrize(("modes", "code"), ONCE, ids=["+".join(m) for m, _ in ONCE])
-def test_once_exits_with_the_worst_endpoint_code(pool: Callable[[str], SimEngine], modes: list[str], code: int) -> None:
+def test_once_exits_with_the_worst_endpoint_code(
+    pool: Callable[[str], StubEngine], modes: list[str], code: int
+) -> None:
     urls = [refuse() if mode == "refused" else pool(mode).url for mode in modes]
     # A stall needs the window to fit in the one interval between the two polls.
     result = run_once("--json", "--interval", "1", "--window", "0.1", *urls)
@@ -361,7 +337,7 @@ def test_once_exits_with_the_worst_endpoint_code(pool: Callable[[str], SimEngine
     assert [row["verdict"] for row in rows] == [verdicts.get(mode, mode) for mode in modes]
 
 
-def test_once_piped_writes_one_line_per_engine(pool: Callable[[str], SimEngine]) -> None:
+def test_once_piped_writes_one_line_per_engine(pool: Callable[[str], StubEngine]) -> None:
     idle, dp = pool("idle"), pool("dp")
     dead = refuse()
     result = run_once("--interval", "1", "--window", "0.1", idle.url, dp.url, dead)
@@ -382,7 +358,7 @@ def hangs(conn: socket.socket, stop: threading.Event) -> None:
     stop.wait(WAIT)
 
 
-def test_slow_endpoints_are_scraped_side_by_side(pool: Callable[[str], SimEngine], raw_server: StartRaw) -> None:
+def test_slow_endpoints_are_scraped_side_by_side(pool: Callable[[str], StubEngine], raw_server: StartRaw) -> None:
     slow = [raw_server(hangs).url for _ in range(4)]
     idle = pool("idle")
     started = time.monotonic()
@@ -404,7 +380,7 @@ def test_slow_endpoints_are_scraped_side_by_side(pool: Callable[[str], SimEngine
 
 
 def test_stalled_hook_runs_once_per_episode_and_never_for_saturated(
-    pool: Callable[[str], SimEngine], watching: Callable[..., Watcher], tmp_path: Path
+    pool: Callable[[str], StubEngine], watching: Callable[..., Watcher], tmp_path: Path
 ) -> None:
     saturated, wedged, dp = pool("saturated"), pool("wedged"), pool("dp")
     on_stalled, on_saturated = Hook(tmp_path, "stalled"), Hook(tmp_path, "saturated")
@@ -446,9 +422,9 @@ def test_stalled_hook_runs_once_per_episode_and_never_for_saturated(
         assert any("exited 0" in str(r["hook"]) for r in started)
 
     # A second episode inside the cooldown: the engine moves, then wedges again. The hook waits.
-    wedged.set("moving")
+    become(wedged, "moving")
     watch.wait_for("progress", lambda: watch.latest(wedged.url).get("verdict") == "progressing")
-    wedged.set("wedged")
+    become(wedged, "wedged")
     moved = len(watch.of(wedged.url))
     watch.wait_for("the second stall", lambda: any(r["verdict"] == "stalled" for r in watch.of(wedged.url)[moved:]))
     seen = len(watch.of(wedged.url))
@@ -462,7 +438,7 @@ def test_stalled_hook_runs_once_per_episode_and_never_for_saturated(
 
 
 def test_after_the_cooldown_a_new_episode_runs_the_hook_again(
-    pool: Callable[[str], SimEngine], watching: Callable[..., Watcher], tmp_path: Path
+    pool: Callable[[str], StubEngine], watching: Callable[..., Watcher], tmp_path: Path
 ) -> None:
     cooldown = 2.0
     engine = pool("wedged")
@@ -470,9 +446,9 @@ def test_after_the_cooldown_a_new_episode_runs_the_hook_again(
     args = ("--json", "--interval", "0.2", "--window", "0.6", "--cooldown", str(cooldown))
     watch = watching(*args, "--on-stalled", hook.command, engine.url)
     watch.wait_for("the first run", lambda: len(hook.runs()) == 1)
-    engine.set("moving")
+    become(engine, "moving")
     watch.wait_for("progress", lambda: watch.latest(engine.url).get("verdict") == "progressing")
-    engine.set("wedged")
+    become(engine, "wedged")
     moved = len(watch.of(engine.url))
     watch.wait_for("the second run", lambda: len(hook.runs()) == 2)
     seen = len(watch.of(engine.url))
@@ -505,7 +481,7 @@ def pid_gone(pid: int) -> bool:
 
 
 def test_a_hook_that_hangs_or_fails_does_not_stop_the_watch(
-    pool: Callable[[str], SimEngine], watching: Callable[..., Watcher], tmp_path: Path
+    pool: Callable[[str], StubEngine], watching: Callable[..., Watcher], tmp_path: Path
 ) -> None:
     hanging, failing = pool("wedged"), pool("wedged")
     hook = Hook(tmp_path, "stalled", {hanging.url: "hang", failing.url: "fail"})
@@ -649,7 +625,7 @@ def on_terminal(
     return seen, code, screen
 
 
-def test_terminal_table_redraws_one_row_per_engine_and_a_total(pool: Callable[[str], SimEngine]) -> None:
+def test_terminal_table_redraws_one_row_per_engine_and_a_total(pool: Callable[[str], StubEngine]) -> None:
     idle, saturated, wedged = pool("idle"), pool("saturated"), pool("wedged")
     dead = refuse()
     urls = [idle.url, saturated.url, wedged.url, dead]
@@ -742,7 +718,7 @@ ENGINE_FLAGS: list[tuple[str, list[str], list[tuple[str | None, str]]]] = [
     ("mode", "flags", "expected"), ENGINE_FLAGS, ids=[f"{m} {' '.join(f)}" for m, f, _ in ENGINE_FLAGS]
 )
 def test_watch_reads_a_page_as_the_probe_flags_say(
-    pool: Callable[[str], SimEngine], mode: str, flags: list[str], expected: list[tuple[str | None, str]]
+    pool: Callable[[str], StubEngine], mode: str, flags: list[str], expected: list[tuple[str | None, str]]
 ) -> None:
     engine = pool(mode)
     config = configure([engine.url, "--window", "0.000001", *flags], clean_env())
@@ -753,7 +729,7 @@ def test_watch_reads_a_page_as_the_probe_flags_say(
     assert [(row.engine, row.verdict) for row in rows] == expected, [row.message for row in rows]
 
 
-def test_a_renamed_engine_through_the_real_command(pool: Callable[[str], SimEngine]) -> None:
+def test_a_renamed_engine_through_the_real_command(pool: Callable[[str], StubEngine]) -> None:
     fork = pool("fork")
     flags = [*FORK, "--engine-label", "rank", "--progress-metric", "fork:steps_total"]
     result = run_once("--json", "--interval", "0.2", "--window", "0.1", *flags, fork.url)
@@ -867,10 +843,11 @@ def test_an_endpoint_silent_for_the_window_is_stalled(raw_server: StartRaw) -> N
     assert str(row["message"]).startswith(f"stalled: scrape {slow}: no complete answer within 0.5 s; nothing answered")
 
 
-def test_a_paused_engine_is_shown_paused(httpserver: HTTPServer) -> None:
-    asleep = vllm_page(4, 100, 50) + b'vllm:engine_sleep_state{engine="0",model_name="m",sleep_state="awake"} 0.0\n'
-    httpserver.expect_request("/metrics").respond_with_data(asleep, content_type="text/plain")
-    result = run_once("--json", "--interval", "0.3", "--window", "0.1", httpserver.url_for("/metrics"))
+def test_a_paused_engine_is_shown_paused(pool: Callable[[str], StubEngine]) -> None:
+    asleep = pool("idle")
+    asleep.set(4, 100, 50)
+    asleep.sleep()
+    result = run_once("--json", "--interval", "0.3", "--window", "0.1", asleep.url)
     assert result.returncode == ExitCode.OK, result.stdout
     (row,) = [json.loads(line) for line in result.stdout.splitlines()]
     assert row["verdict"] == "paused"

@@ -1,0 +1,446 @@
+"""A real load balancer in front of stub engines: HAProxy runs deploy/haproxy/stallprobe-pool.cfg as it is
+(its example servers replaced by the test's engines), each server's health check asking
+`stallprobe watch --listen` about its own engine, while a client sends completions through it without
+pause, each numbered. Each engine counts what it received; when HAProxy took a server out or put it
+back is read from its admin socket, polled every 0.1 s. Every wait reads the clock against a deadline:
+the bounds on "within" are generous (a loaded 2-core machine), the ones on "never" strict (a numbered
+request sent after HAProxy showed a server out must never reach that engine).
+"""
+
+from __future__ import annotations
+
+import csv
+import http.client
+import itertools
+import json
+import os
+import re
+import select
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from functools import partial
+from pathlib import Path
+from typing import IO
+
+import pytest
+
+from conftest import REPO
+from stallprobe.watch.view import endpoint_name
+from stubengine import Route, StubEngine
+
+CONFIG = REPO / "deploy" / "haproxy" / "stallprobe-pool.cfg"
+INTERVAL = 0.5  # watch --interval
+DRAIN_AFTER = 3.0  # watch --drain-after
+# watch --window: far beyond the drain (DRAIN_AFTER + INTERVAL + the check's interval + SLACK), so the
+# test can tell the drain from the restart; the restart hook is waited for, so no larger than that.
+WINDOW = 20.0
+# What a loaded 2-core machine may add to a "within": a late poll, a late check, a late look at the socket.
+SLACK = 5.0
+WAIT = 60.0  # the bound on any wait for an eventual state
+SEQ = "X-Request-Seq"  # the client's number for each request
+
+
+def haproxy() -> str:
+    """The binary; the tests that run it are marked needs("haproxy"), so it is on PATH."""
+    found = shutil.which("haproxy")
+    assert found is not None
+    return found
+
+
+def check_timing() -> tuple[float, int, int]:
+    """The checks' interval (s), fall and rise, as the configuration sets them for every server."""
+    line = next(line for line in CONFIG.read_text().splitlines() if line.strip().startswith("default-server"))
+    found = [re.search(rf"\b{word} (\d+)", line) for word in ("inter", "fall", "rise")]
+    inter, fall, rise = (int(match[1]) for match in found if match)
+    assert re.search(rf"\binter {inter}s\b", line), line
+    return float(inter), fall, rise
+
+
+INTER, FALL, RISE = check_timing()
+OUT_WITHIN = DRAIN_AFTER + INTERVAL + FALL * INTER + SLACK  # wedged, to out of rotation
+BACK_WITHIN = INTERVAL + RISE * INTER + SLACK  # moving again, to back in
+
+
+def until(what: str, done: Callable[[], bool], timeout: float = WAIT, log: Callable[[], str] = str) -> float:
+    """Poll `done` until it holds; the monotonic time it was seen to. Fails after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > deadline:
+            pytest.fail(f"no {what} within {timeout:g} s\n{log()}")
+        time.sleep(0.05)  # a bounded poll of an eventual state, not time made to pass
+    return time.monotonic()
+
+
+class Client:
+    """Threads sending completions through the load balancer without pause, each numbered in a header.
+    A request that gets no answer within a second is given up (a wedged engine never answers)."""
+
+    def __init__(self, port: int, workers: int = 3) -> None:
+        self.port = port
+        self.numbers = itertools.count(1)
+        self.lock = threading.Lock()
+        self.last = 0  # the highest number handed out
+        self.answers: dict[int, int] = {}  # number -> HTTP status (0: no answer)
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self._send, daemon=True) for _ in range(workers)]
+        for thread in self.threads:
+            thread.start()
+
+    def mark(self) -> int:
+        """The highest number handed out so far: every request numbered above it is sent after now."""
+        with self.lock:
+            return self.last
+
+    def _send(self) -> None:
+        body = json.dumps({"model": "tiny-llama", "prompt": "Hello", "max_tokens": 1}).encode()
+        while not self.stop.is_set():
+            with self.lock:
+                number = self.last = next(self.numbers)
+            status = 0
+            connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=1.0)
+            try:
+                headers = {"Content-Type": "application/json", SEQ: str(number)}
+                connection.request("POST", "/v1/completions", body=body, headers=headers)
+                answer = connection.getresponse()
+                answer.read()
+                status = answer.status
+            except (OSError, http.client.HTTPException):
+                pass
+            finally:
+                connection.close()
+            with self.lock:
+                self.answers[number] = status
+            self.stop.wait(0.02)  # a steady stream that leaves the two cores to the pool
+
+    def close(self) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(10)
+
+
+def numbers(engine: StubEngine) -> list[int]:
+    """The numbers of the client's completions that reached this engine."""
+    return [int(seen.header(SEQ)) for seen in engine.received("/v1/completions") if seen.header(SEQ)]
+
+
+def reached(engine: StubEngine, above: int) -> bool:
+    """Whether a completion numbered above `above` reached the engine."""
+    return max(numbers(engine), default=0) > above
+
+
+class Pool:
+    """Stub engines, `stallprobe watch --listen` over them, HAProxy in front (the configuration of
+    deploy/haproxy, its servers named by the engines' host:port as it asks), and a client. Everything it
+    starts is registered before it can fail, so close() stops all of it."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.engines: dict[str, StubEngine] = {}
+        self.name: dict[str, str] = {}  # role -> server name
+        self.history: dict[str, list[tuple[float, str, int]]] = {}  # server -> (seen at, status, mark)
+        self.stats: dict[str, dict[str, str]] = {}
+        self.processes: list[subprocess.Popen[bytes]] = []
+        self.client: Client | None = None
+        self.looking = threading.Event()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.socket = folder / "admin.sock"
+        self.watch_log, self.haproxy_log = folder / "watch.log", folder / "haproxy.log"
+        self.watch = ""
+
+    def add(self, role: str, engine: StubEngine) -> StubEngine:
+        self.engines[role] = engine
+        self.name[role] = endpoint_name(engine.url)
+        return engine
+
+    def start(self, hook: Hook) -> Client:
+        """The watch, then HAProxy once the watch calls every engine ready, then the client once every
+        engine has answered one of its requests."""
+        command = [sys.executable, "-m", "stallprobe", "watch", "--listen", "127.0.0.1:0"]
+        command += ["--interval", str(INTERVAL), "--drain-after", str(DRAIN_AFTER), "--window", str(WINDOW)]
+        command += ["--timeout", "1", "--on-stalled", hook.command, *(e.url for e in self.engines.values())]
+        watch = self._start(command, self.watch_log, stderr=subprocess.PIPE)
+        assert watch.stderr is not None
+        # Its first line says where it serves (bounded: a watch that says nothing fails the test).
+        if not select.select([watch.stderr], [], [], WAIT)[0]:
+            pytest.fail(f"watch said nothing within {WAIT:g} s")
+        line = watch.stderr.readline().decode()
+        # Read on, so that the pipe never fills; what comes goes into the log.
+        threading.Thread(target=self._drain, args=(watch.stderr,), daemon=True).start()
+        if not line.startswith("stallprobe watch: serving http://127.0.0.1:"):
+            watch.wait(WAIT)
+            pytest.fail(f"watch did not start: {line}{self.logs()}")
+        self.watch = line.split()[3].removesuffix("/metrics")
+        for role, engine in self.engines.items():
+            until(f"a first 200 from the watch for {role}", partial(self.ready, engine, 200), log=self.logs)
+
+        config = self.folder / "pool.cfg"
+        config.write_text(with_servers(CONFIG.read_text(), list(self.name.values())))
+        host, port = self.watch.removeprefix("http://").split(":")
+        env = {**os.environ, "LB_BIND": f"fd@{self.listener.fileno()}", "LB_SOCKET": str(self.socket)}
+        env.update(WATCH_HOST=host, WATCH_PORT=port)
+        lb = self._start(
+            [haproxy(), "-db", "-f", str(config)], self.haproxy_log, env=env, fds=(self.listener.fileno(),)
+        )
+        until("HAProxy's admin socket", lambda: self.socket.exists() or lb.poll() is not None, log=self.logs)
+        if lb.poll() is not None:
+            pytest.fail(f"HAProxy exited ({lb.returncode}) at its start\n{self.logs()}")
+        threading.Thread(target=self._look, daemon=True).start()
+        until("every server up", lambda: all(self.status(role) == "UP" for role in self.engines), log=self.logs)
+
+        self.client = Client(self.port)
+        for role, engine in self.engines.items():
+            until(f"a request at {role}", partial(reached, engine, 0), log=self.logs)
+        return self.client
+
+    def _start(
+        self,
+        command: list[str],
+        log: Path,
+        stderr: int | None = None,
+        env: dict[str, str] | None = None,
+        fds: tuple[int, ...] = (),
+    ) -> subprocess.Popen[bytes]:
+        with log.open("wb") as out:
+            process = subprocess.Popen(
+                command, stdout=out, stderr=stderr or subprocess.STDOUT, env=env, pass_fds=fds, start_new_session=True
+            )
+        self.processes.append(process)
+        return process
+
+    def _drain(self, stream: IO[bytes]) -> None:
+        with self.watch_log.open("ab") as log:
+            for line in iter(stream.readline, b""):
+                log.write(line)
+
+    def ready(self, engine: StubEngine, status: int) -> bool:
+        """Whether the watch answers a load balancer's question about this engine with `status`."""
+        url = f"{self.watch}/ready?url={engine.url}"
+        try:
+            with urllib.request.urlopen(url, timeout=5) as answer:
+                return int(answer.status) == status
+        except urllib.error.HTTPError as error:
+            return error.code == status
+        except OSError:
+            return False
+
+    def show_stat(self) -> dict[str, dict[str, str]]:
+        """HAProxy's own view of each server of the pool (the admin socket's `show stat`)."""
+        with socket.socket(socket.AF_UNIX) as admin:
+            admin.settimeout(5)
+            admin.connect(str(self.socket))
+            admin.sendall(b"show stat\n")
+            data = b""
+            while chunk := admin.recv(65536):
+                data += chunk
+        rows = csv.DictReader(data.decode().removeprefix("# ").splitlines())
+        return {row["svname"]: row for row in rows if row["pxname"] == "engines" and row["svname"] != "BACKEND"}
+
+    def _look(self) -> None:
+        """Every 0.1 s: each server's status, kept when it changes, with the client's mark read right
+        after the answer (every request numbered above it was sent when HAProxy already said so)."""
+        while not self.looking.wait(0.1):
+            try:
+                stats = self.show_stat()
+            except OSError:
+                continue
+            mark = self.client.mark() if self.client else 0
+            seen = time.monotonic()
+            self.stats = stats
+            for name, row in stats.items():
+                history = self.history.setdefault(name, [])
+                if not history or history[-1][1] != row["status"]:
+                    history.append((seen, row["status"], mark))
+
+    def status(self, role: str) -> str:
+        return self.stats.get(self.name[role], {}).get("status", "")
+
+    def statuses(self, role: str, before: float = float("inf")) -> list[str]:
+        """The server's statuses as seen, in order (each change kept), up to `before`."""
+        return [status for seen, status, _ in self.history.get(self.name[role], []) if seen < before]
+
+    def went(self, role: str, status: str, since: float) -> tuple[float, int] | None:
+        """When the server was first seen in `status` (UP or DOWN, a prefix) after `since`, and the mark."""
+        for seen, now, mark in self.history.get(self.name[role], []):
+            if seen >= since and now.startswith(status):
+                return seen, mark
+        return None
+
+    def wait_for(self, role: str, status: str, since: float) -> tuple[float, int]:
+        until(f"{role} {status}", lambda: self.went(role, status, since) is not None, log=self.logs)
+        went = self.went(role, status, since)
+        assert went is not None
+        return went
+
+    def logs(self) -> str:
+        history = {name: [(round(t, 1), s) for t, s, _ in h] for name, h in self.history.items()}
+        logs = (path for path in (self.watch_log, self.haproxy_log) if path.exists())
+        tail = {path.name: path.read_text(errors="replace")[-3000:] for path in logs}
+        return f"servers: {self.name}\nstatuses: {history}\n" + "".join(f"--- {n}\n{t}" for n, t in tail.items())
+
+    def close(self) -> None:
+        if self.client:
+            self.client.close()
+        self.looking.set()
+        for process in reversed(self.processes):
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(10)
+        self.listener.close()
+        for engine in self.engines.values():
+            engine.close()
+
+
+def with_servers(config: str, names: list[str]) -> str:
+    """The configuration with its example `server` lines replaced by one line per engine."""
+    lines = config.splitlines()
+    servers = [i for i, line in enumerate(lines) if line.startswith("    server ")]
+    assert [lines[i].split()[1:] for i in servers] == [["10.0.0.11:8000"] * 2, ["10.0.0.12:8000"] * 2]
+    ours = [f"    server {name} {name}" for name in names]
+    return "\n".join([*lines[: servers[0]], *ours, *lines[servers[-1] + 1 :]]) + "\n"
+
+
+HOOK = """
+import os, sys, time
+with open(sys.argv[1], "a") as runs:
+    runs.write(f"{os.environ['STALLPROBE_URL']} {time.monotonic()}\\n")
+"""
+
+
+class Hook:
+    """--on-stalled: appends the engine's URL and the monotonic time (one clock for every process)."""
+
+    def __init__(self, folder: Path) -> None:
+        script = folder / "restart.py"
+        script.write_text(HOOK)
+        self.path = folder / "restarts"
+        self.command = shlex.join([sys.executable, str(script), str(self.path)])
+
+    def runs(self) -> list[tuple[str, float]]:
+        text = self.path.read_text() if self.path.exists() else ""
+        return [(url, float(t)) for url, t in (line.split() for line in text.splitlines())]
+
+
+@pytest.fixture
+def lb(tmp_path: Path) -> Iterator[Pool]:
+    pool = Pool(tmp_path)
+    try:
+        yield pool
+    finally:
+        pool.close()
+
+
+@pytest.mark.needs("haproxy")
+def test_a_wedged_engine_is_drained_long_before_it_is_restarted_and_a_saturated_one_stays_in(
+    lb: Pool, tmp_path: Path
+) -> None:
+    steady = lb.add("steady", StubEngine("llamacpp", running=2))
+    steady.set(generation_step=5)
+    saturated = lb.add("saturated", StubEngine("sglang", running=12, waiting=99))
+    saturated.set(generation_step=1)  # a deep queue, decoding slowly
+    saturated.routes["/v1/completions"] = Route(saturated.completion, delay=0.2)
+    victim = lb.add("victim", StubEngine(running=4))
+    victim.set(generation_step=5, kv_cache=0.4)
+    hook = Hook(tmp_path)
+    client = lb.start(hook)
+
+    wedged = time.monotonic()
+    victim.wedge()  # busy, its counters frozen, its completions never answered
+    out, out_mark = lb.wait_for("victim", "DOWN", wedged)
+    assert out - wedged <= OUT_WITHIN, f"out after {out - wedged:.2f} s\n{lb.logs()}"
+    assert victim.moved_at is not None
+    assert out >= victim.moved_at + DRAIN_AFTER  # ready until busy without progress for --drain-after
+
+    until("the restart hook", lambda: bool(hook.runs()), timeout=WINDOW + WAIT, log=lb.logs)
+    ((url, restarted),) = hook.runs()
+    assert url == victim.url
+    assert restarted >= victim.moved_at + WINDOW  # only at the window
+    assert restarted > out, f"restarted {restarted - wedged:.2f} s, out {out - wedged:.2f} s after the wedge"
+
+    # Restarted, it moves again, and comes back.
+    unwedged, unwedged_mark = time.monotonic(), client.mark()
+    victim.unwedge()
+    back, back_mark = lb.wait_for("victim", "UP", unwedged)
+    assert back - unwedged <= BACK_WITHIN, f"back after {back - unwedged:.2f} s\n{lb.logs()}"
+    until("a request at the engine come back", partial(reached, victim, back_mark), log=lb.logs)
+
+    # Never did a request sent after HAProxy showed the victim out reach it before it moved again.
+    assert [n for n in numbers(victim) if out_mark < n <= unwedged_mark] == [], lb.logs()
+    assert lb.statuses("victim", before=unwedged) == ["UP", "DOWN"], lb.logs()
+    # Each check asked about its own engine: the others stayed in and served all along, the saturated
+    # one included (HAProxy's own count of its servers' downs says so too).
+    stats = lb.show_stat()
+    for role, engine in (("steady", steady), ("saturated", saturated)):
+        assert lb.statuses(role) == ["UP"], lb.logs()
+        assert stats[lb.name[role]]["chkdown"] == "0"
+        assert any(out_mark < n <= unwedged_mark for n in numbers(engine)), role
+    assert stats[lb.name["victim"]]["chkdown"] == "1"
+    # Nor did the pool answer any of them with an error: 200, or (a loaded machine) not within a second.
+    drained = {n: status for n, status in client.answers.items() if out_mark < n <= unwedged_mark}
+    assert set(drained.values()) <= {200, 0}, drained
+    assert 200 in drained.values()
+
+
+@pytest.mark.needs("haproxy")
+def test_paused_asleep_and_queued_behind_nothing_leave_the_rotation_until_they_move(lb: Pool, tmp_path: Path) -> None:
+    steady = lb.add("steady", StubEngine(running=2))
+    paused = lb.add("paused", StubEngine(running=3))
+    asleep = lb.add("asleep", StubEngine(running=3))
+    queued = lb.add("queued", StubEngine(running=3))
+    for engine in (steady, paused, asleep, queued):
+        engine.set(generation_step=5, waiting_by_reason={"capacity": 0, "deferred": 0})
+    hook = Hook(tmp_path)
+    client = lb.start(hook)
+
+    stopped = time.monotonic()
+    paused.pause()  # /is_paused says so; its counters freeze with requests running
+    asleep.sleep()  # its page says so: engine_sleep_state{sleep_state="awake"} 0
+    # The wedge users report most: nothing running, 3 waiting for capacity, every counter frozen.
+    queued.set(0, waiting=3, waiting_by_reason={"capacity": 3, "deferred": 0})
+    queued.wedge()
+    outs = {role: lb.wait_for(role, "DOWN", stopped) for role in ("paused", "asleep", "queued")}
+    for role, (out, _) in outs.items():
+        assert out - stopped <= OUT_WITHIN, f"{role} out after {out - stopped:.2f} s\n{lb.logs()}"
+    assert queued.moved_at is not None
+    assert outs["queued"][0] >= queued.moved_at + DRAIN_AFTER  # a wedge, so only after --drain-after
+
+    resumed, resumed_mark = time.monotonic(), client.mark()
+    paused.resume()
+    asleep.wake()
+    queued.set(3, waiting=0, waiting_by_reason={"capacity": 0, "deferred": 0})
+    queued.unwedge()
+    for role, engine in (("paused", paused), ("asleep", asleep), ("queued", queued)):
+        back, back_mark = lb.wait_for(role, "UP", resumed)
+        assert back - resumed <= BACK_WITHIN, f"{role} back after {back - resumed:.2f} s\n{lb.logs()}"
+        until(f"a request at {role} come back", partial(reached, engine, back_mark), log=lb.logs)
+        assert [n for n in numbers(engine) if outs[role][1] < n <= resumed_mark] == [], lb.logs()
+    stats = lb.show_stat()
+    assert [stats[lb.name[role]]["chkdown"] for role in lb.engines] == ["0", "1", "1", "1"]
+    assert lb.statuses("steady") == ["UP"], lb.logs()
+    assert hook.runs() == []  # drained, and never restarted: the window is far off
+
+
+def test_the_readmes_lines_are_the_configurations() -> None:
+    readme = (REPO / "README.md").read_text()
+    block = readme.split("```haproxy\n", 1)[1].split("```", 1)[0]
+    lines = {line.strip() for line in CONFIG.read_text().splitlines()}
+    assert [line for line in block.splitlines() if line.strip() not in lines] == []
+
+
+@pytest.mark.needs("haproxy")
+def test_the_configuration_is_valid_as_it_is() -> None:
+    result = subprocess.run([haproxy(), "-c", "-f", str(CONFIG)], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
