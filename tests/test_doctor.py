@@ -1,10 +1,7 @@
-"""`stallprobe doctor`, through the real command (`python -m stallprobe doctor ...`) against a stub engine on
-loopback that serves real pages (tests/fixtures/real, tests/fixtures/built): what it says of each engine,
-its exit code, and that the probe command it prints works against the same engine.
-
-The stub is written here: tests/stubengine.py (one stub for the whole suite) is not in main yet. Its
-Route is the same shape, so these tests can move to it when it lands. --seconds is a fraction or a
-second or two, so each run is one to three looks.
+"""`stallprobe doctor`, through the real command (`python -m stallprobe doctor ...`) against the suite's stub
+engine on loopback (tests/stubengine.py) serving real pages (tests/fixtures/real, tests/fixtures/built):
+what it says of each engine, its exit code, and that the probe command it prints works against the same
+engine. --seconds is a fraction of a second or two, so each run is two to three looks.
 """
 
 from __future__ import annotations
@@ -15,10 +12,8 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -27,6 +22,7 @@ from conftest import REPO, fixture_page, vllm_page
 from stallprobe.doctor import DoctorConfig, configure, help_text
 from stallprobe.errors import EXIT_TABLE, ExitCode
 from stallprobe.options import DOCTOR
+from stubengine import Route, StubEngine
 
 BUILT = REPO / "tests" / "fixtures" / "built"
 # The engines' answers on their other routes, as they give them: vLLM 0.32 (entrypoints/serve), SGLang
@@ -38,65 +34,18 @@ SGLANG_LOADS = json.dumps(
 LLAMACPP_HEALTH = b'{"status":"ok"}'
 
 
-class Route:
-    """What the stub answers on one path: a status and a body (or what makes a new one for each request)."""
-
-    def __init__(self, body: bytes | Callable[[], bytes], status: int = 200, content_type: str = "") -> None:
-        fixed = b"" if callable(body) else body
-        self.make: Callable[[], bytes] = body if callable(body) else (lambda: fixed)
-        self.status = status
-        self.content_type = content_type or ("application/json" if fixed[:1] in (b"{", b"[") else "text/plain")
-
-
-class Stub:
-    """An engine on loopback: a route per path (404 for the rest), and, with `key`, every route but the
-    health route answering 401 to a request without that bearer key, as llama.cpp's server does."""
-
-    def __init__(self, routes: dict[str, Route], key: str = "") -> None:
-        self.routes = routes
-        self.key = key
-        self.seen: list[tuple[str, str]] = []  # (path, Authorization)
-        stub = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                auth = self.headers.get("Authorization", "")
-                stub.seen.append((self.path, auth))
-                route = stub.routes.get(self.path, Route(NOT_FOUND, 404))
-                if stub.key and self.path != "/health" and auth != f"Bearer {stub.key}":
-                    route = Route(b'{"error":{"code":401,"message":"Invalid API Key"}}', 401)
-                body = route.make()
-                self.send_response(route.status)
-                self.send_header("Content-Type", route.content_type)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: object) -> None:
-                return
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.port = self.server.server_address[1]
-        self.url = f"http://127.0.0.1:{self.port}/metrics"
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-        self.thread.start()
-
-    def count(self, path: str) -> int:
-        return sum(1 for seen, _ in self.seen if seen == path)
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture
-def serve() -> Iterator[Callable[..., Stub]]:
-    stubs: list[Stub] = []
+def serve() -> Iterator[Callable[..., StubEngine]]:
+    """Start a stub engine whose routes are the stub's own (/health answering 200, /v1/models, ...) with
+    `routes` over them, and an API key when `key` is given."""
+    stubs: list[StubEngine] = []
 
-    def start(routes: dict[str, Route], key: str = "") -> Stub:
-        stubs.append(Stub(routes, key))
-        return stubs[-1]
+    def start(routes: dict[str, Route], key: str = "") -> StubEngine:
+        stub = StubEngine()
+        stub.routes.update(routes)
+        stub.key = key
+        stubs.append(stub)
+        return stub
 
     yield start
     for stub in stubs:
@@ -182,7 +131,9 @@ def run_printed(command: list[str], tmp_path: Path, env: dict[str, str] | None =
 # --- engines it can read
 
 
-def test_a_busy_vllm_that_moves_is_fit_and_its_printed_probe_runs(serve: Callable[..., Stub], tmp_path: Path) -> None:
+def test_a_busy_vllm_that_moves_is_fit_and_its_printed_probe_runs(
+    serve: Callable[..., StubEngine], tmp_path: Path
+) -> None:
     page = fixture_page("vllm-0.32.0-cpu-busy.prom")
     stub = serve(
         {
@@ -231,7 +182,7 @@ def test_a_busy_vllm_that_moves_is_fit_and_its_printed_probe_runs(serve: Callabl
 
 
 def test_an_idle_vllm_says_nothing_had_to_move_and_what_load_cannot_tell(
-    serve: Callable[..., Stub], tmp_path: Path
+    serve: Callable[..., StubEngine], tmp_path: Path
 ) -> None:
     """The multiprocess page declares the running and waiting gauges and gives them no samples when idle."""
     stub = serve(
@@ -259,7 +210,7 @@ def test_an_idle_vllm_says_nothing_had_to_move_and_what_load_cannot_tell(
     )
 
 
-def test_load_that_says_0_while_requests_run_would_not_help(serve: Callable[..., Stub]) -> None:
+def test_load_that_says_0_while_requests_run_would_not_help(serve: Callable[..., StubEngine]) -> None:
     page = fixture_page("vllm-0.32.0-cpu-busy.prom")
     stub = serve(
         {
@@ -296,14 +247,16 @@ def test_load_that_says_0_while_requests_run_would_not_help(serve: Callable[...,
         ),
     ],
 )
-def test_which_waiting_requests_count_is_read_off_the_page(serve: Callable[..., Stub], page: str, waiting: str) -> None:
+def test_which_waiting_requests_count_is_read_off_the_page(
+    serve: Callable[..., StubEngine], page: str, waiting: str
+) -> None:
     stub = serve({"/metrics": Route(fixture_page(page))})
     run = doctor(stub.url, seconds="0.2")
     assert run.code == ExitCode.OK, run.out
     assert run["waiting"] == waiting
 
 
-def test_include_waiting_given_is_said_and_carried_into_the_command(serve: Callable[..., Stub]) -> None:
+def test_include_waiting_given_is_said_and_carried_into_the_command(serve: Callable[..., StubEngine]) -> None:
     stub = serve({"/metrics": Route(fixture_page("vllm-v1-ahasannn-hwrouter-f7a8250.prom"))})
     run = doctor(stub.url, "--include-waiting=always", seconds="0.2")
     assert run["waiting"] == "--include-waiting=always: every waiting request counts as work the engine owes"
@@ -311,7 +264,7 @@ def test_include_waiting_given_is_said_and_carried_into_the_command(serve: Calla
     assert "--include-waiting=always --timeout 2 |" in run["inject"]
 
 
-def test_llamacpp_idle(serve: Callable[..., Stub], tmp_path: Path) -> None:
+def test_llamacpp_idle(serve: Callable[..., StubEngine], tmp_path: Path) -> None:
     stub = serve(
         {"/metrics": Route(fixture_page("llamacpp-server-11434-local.prom")), "/health": Route(LLAMACPP_HEALTH)}
     )
@@ -327,7 +280,9 @@ def test_llamacpp_idle(serve: Callable[..., Stub], tmp_path: Path) -> None:
     assert run_printed(run.command(), tmp_path)[0] == ExitCode.OK
 
 
-def test_sglang_under_load_is_saturated_and_its_loads_route_answers(serve: Callable[..., Stub], tmp_path: Path) -> None:
+def test_sglang_under_load_is_saturated_and_its_loads_route_answers(
+    serve: Callable[..., StubEngine], tmp_path: Path
+) -> None:
     page = fixture_page("sglang-docs-production-metrics-00b08c4.prom")
     stub = serve(
         {
@@ -348,13 +303,13 @@ def test_sglang_under_load_is_saturated_and_its_loads_route_answers(serve: Calla
     assert run_printed(run.command(), tmp_path)[0] == ExitCode.OK
 
 
-def test_an_sglang_without_its_loads_route_is_told_what_that_costs(serve: Callable[..., Stub]) -> None:
+def test_an_sglang_without_its_loads_route_is_told_what_that_costs(serve: Callable[..., StubEngine]) -> None:
     stub = serve({"/metrics": Route(fixture_page("sglang-docs-production-metrics-00b08c4.prom"))})
     run = doctor(stub.url, seconds="0.2")
     assert run["loads"].startswith("/v1/loads answers HTTP 404 Not Found: a page that shows a stale batch cannot")
 
 
-def test_data_parallel_engines_are_counted(serve: Callable[..., Stub]) -> None:
+def test_data_parallel_engines_are_counted(serve: Callable[..., StubEngine]) -> None:
     stub = serve({"/metrics": Route(vllm_page(4, 100, 50, engines=2))})
     run = doctor(stub.url, seconds="0.2")
     assert run["engine"] == (
@@ -366,7 +321,7 @@ def test_data_parallel_engines_are_counted(serve: Callable[..., Stub]) -> None:
 # --- what it judges
 
 
-def test_a_busy_engine_frozen_past_the_window_is_stalled_now(serve: Callable[..., Stub], tmp_path: Path) -> None:
+def test_a_busy_engine_frozen_past_the_window_is_stalled_now(serve: Callable[..., StubEngine], tmp_path: Path) -> None:
     """The real page served unchanged: four requests running and nothing moving. With dev mode on,
     /is_paused answers false, so it is not paused either."""
     stub = serve(
@@ -385,7 +340,7 @@ def test_a_busy_engine_frozen_past_the_window_is_stalled_now(serve: Callable[...
     assert run.command()[5:7] == ["--window", "0.5"]
 
 
-def test_requests_waiting_for_capacity_with_nothing_running_are_judged(serve: Callable[..., Stub]) -> None:
+def test_requests_waiting_for_capacity_with_nothing_running_are_judged(serve: Callable[..., StubEngine]) -> None:
     """The reported wedge (running 0, waiting 3, all for capacity): busy to the probe, and frozen."""
     stub = serve({"/metrics": Route((BUILT / "vllm-0.32-capacity-nothing-running.prom").read_bytes())})
     run = doctor(stub.url, seconds="1")
@@ -395,7 +350,7 @@ def test_requests_waiting_for_capacity_with_nothing_running_are_judged(serve: Ca
     assert run["last look"].endswith("(window 120 s); 3 waiting for capacity, nothing running")
 
 
-def test_an_engine_its_operator_paused_is_paused_and_fit(serve: Callable[..., Stub]) -> None:
+def test_an_engine_its_operator_paused_is_paused_and_fit(serve: Callable[..., StubEngine]) -> None:
     """The page of vLLM 0.32 2.5 s after /pause?mode=keep: frozen with requests running; /is_paused says so."""
     stub = serve(
         {
@@ -413,7 +368,7 @@ def test_an_engine_its_operator_paused_is_paused_and_fit(serve: Callable[..., St
 # --- API keys
 
 
-def test_a_page_that_wants_a_key_says_how_to_give_it(serve: Callable[..., Stub]) -> None:
+def test_a_page_that_wants_a_key_says_how_to_give_it(serve: Callable[..., StubEngine]) -> None:
     stub = serve({"/metrics": Route(fixture_page("llamacpp-server-11434-local.prom"))}, key="sk-doctor")
     run = doctor(stub.url)
     assert run.code == ExitCode.SCRAPE, run.out
@@ -423,7 +378,7 @@ def test_a_page_that_wants_a_key_says_how_to_give_it(serve: Callable[..., Stub])
     assert stub.count("/metrics") == 1  # it did not go on looking
 
 
-def test_a_key_file_that_works_goes_into_the_printed_command(serve: Callable[..., Stub], tmp_path: Path) -> None:
+def test_a_key_file_that_works_goes_into_the_printed_command(serve: Callable[..., StubEngine], tmp_path: Path) -> None:
     stub = serve({"/metrics": Route(fixture_page("llamacpp-server-11434-local.prom"))}, key="sk-doctor")
     key_file = tmp_path / "key"
     key_file.write_text("sk-doctor\n")
@@ -438,7 +393,9 @@ def test_a_key_file_that_works_goes_into_the_printed_command(serve: Callable[...
     assert run_printed(command, tmp_path)[0] == ExitCode.OK
 
 
-def test_the_engines_own_key_variable_is_read_as_the_probe_reads_it(serve: Callable[..., Stub], tmp_path: Path) -> None:
+def test_the_engines_own_key_variable_is_read_as_the_probe_reads_it(
+    serve: Callable[..., StubEngine], tmp_path: Path
+) -> None:
     stub = serve({"/metrics": Route(fixture_page("llamacpp-server-11434-local.prom"))}, key="sk-doctor")
     run = doctor(stub.url, env={"LLAMA_API_KEY": "sk-doctor"}, seconds="0.2")
     assert run.code == ExitCode.OK, run.out
@@ -449,14 +406,14 @@ def test_the_engines_own_key_variable_is_read_as_the_probe_reads_it(serve: Calla
     assert run_printed(command, tmp_path, env={"LLAMA_API_KEY": "sk-doctor"})[0] == ExitCode.OK
 
 
-def test_a_key_the_engine_refuses_is_said_so(serve: Callable[..., Stub]) -> None:
+def test_a_key_the_engine_refuses_is_said_so(serve: Callable[..., StubEngine]) -> None:
     stub = serve({"/metrics": Route(fixture_page("llamacpp-server-11434-local.prom"))}, key="sk-doctor")
     run = doctor(stub.url, env={"VLLM_API_KEY": "sk-wrong"})
     assert run.code == ExitCode.SCRAPE, run.out
     assert run["api key"] == "refused: the engine does not take the key from VLLM_API_KEY"
 
 
-def test_a_key_the_page_does_not_need_stays_out_of_the_command(serve: Callable[..., Stub]) -> None:
+def test_a_key_the_page_does_not_need_stays_out_of_the_command(serve: Callable[..., StubEngine]) -> None:
     """vLLM's --api-key guards its /v1 routes, not /metrics."""
     stub = serve({"/metrics": Route(fixture_page("vllm-0.32.0-cpu-busy.prom"))})
     run = doctor(stub.url, env={"VLLM_API_KEY": "sk-doctor"}, seconds="0.2")
@@ -505,7 +462,9 @@ def test_nothing_listening(tmp_path: Path) -> None:
     ],
     ids=["404", "llamacpp_501", "html", "unknown"],
 )
-def test_a_url_that_is_no_engine_page_says_why(serve: Callable[..., Stub], route: Route, code: int, said: str) -> None:
+def test_a_url_that_is_no_engine_page_says_why(
+    serve: Callable[..., StubEngine], route: Route, code: int, said: str
+) -> None:
     stub = serve({"/metrics": route})
     run = doctor(stub.url)
     assert run.code == code, run.out
@@ -514,7 +473,7 @@ def test_a_url_that_is_no_engine_page_says_why(serve: Callable[..., Stub], route
     assert "probe" not in run.topics
 
 
-def test_an_engine_named_on_a_page_that_is_not_its_says_why_at_the_first_look(serve: Callable[..., Stub]) -> None:
+def test_an_engine_named_on_a_page_that_is_not_its_says_why_at_the_first_look(serve: Callable[..., StubEngine]) -> None:
     """--engine skips the choice at the door, so the first look's reading is what finds the page wrong."""
     stub = serve({"/metrics": Route(b"<!doctype html><html></html>", content_type="text/html")})
     run = doctor(stub.url, "--engine", "vllm")
@@ -527,7 +486,7 @@ def test_an_engine_named_on_a_page_that_is_not_its_says_why_at_the_first_look(se
 
 @pytest.mark.parametrize("engine", [(), ("--engine", "vllm")], ids=["auto", "named"])
 def test_a_vllm_started_with_disable_log_stats_publishes_nothing_to_read(
-    serve: Callable[..., Stub], engine: tuple[str, ...]
+    serve: Callable[..., StubEngine], engine: tuple[str, ...]
 ) -> None:
     """vLLM with --disable-log-stats makes no stat logger: its page keeps the python, process and http_*
     families of its API server and has no vllm: family. Here: the real page of 0.32 without them."""
@@ -547,7 +506,7 @@ def test_a_vllm_started_with_disable_log_stats_publishes_nothing_to_read(
 
 
 def test_a_page_two_engines_fit_needs_engine_and_the_command_carries_it(
-    serve: Callable[..., Stub], tmp_path: Path
+    serve: Callable[..., StubEngine], tmp_path: Path
 ) -> None:
     both = fixture_page("vllm-0.32.0-cpu-busy.prom") + fixture_page("llamacpp-server-11434-local.prom")
     stub = serve({"/metrics": Route(both)})
@@ -563,7 +522,7 @@ def test_a_page_two_engines_fit_needs_engine_and_the_command_carries_it(
     assert (code, line.split(";")[0]) == (ExitCode.OK, "baseline: 0 running, 0 waiting")
 
 
-def test_an_engine_named_that_auto_finds_anyway_is_left_out_of_the_command(serve: Callable[..., Stub]) -> None:
+def test_an_engine_named_that_auto_finds_anyway_is_left_out_of_the_command(serve: Callable[..., StubEngine]) -> None:
     stub = serve({"/metrics": Route(fixture_page("llamacpp-server-11434-local.prom"))})
     run = doctor(stub.url, "--engine", "llamacpp", seconds="0.2")
     assert "--engine" not in run.command()
@@ -572,7 +531,7 @@ def test_an_engine_named_that_auto_finds_anyway_is_left_out_of_the_command(serve
 # --- the command itself
 
 
-def test_the_probes_environment_is_read_and_carried_into_the_command(serve: Callable[..., Stub]) -> None:
+def test_the_probes_environment_is_read_and_carried_into_the_command(serve: Callable[..., StubEngine]) -> None:
     stub = serve({"/metrics": Route(fixture_page("llamacpp-server-11434-local.prom"))})
     run = doctor(stub.url, env={"STALLPROBE_WINDOW": "60", "STALLPROBE_SATURATION": "4"}, seconds="0.2")
     assert run["verdicts"] == "baseline, then idle (window 60 s)"
@@ -580,7 +539,7 @@ def test_the_probes_environment_is_read_and_carried_into_the_command(serve: Call
     assert "--saturation 4 --window 60 --timeout 2 |" in run["inject"]
 
 
-def test_a_closed_stdout_is_exit_7_without_a_traceback(serve: Callable[..., Stub]) -> None:
+def test_a_closed_stdout_is_exit_7_without_a_traceback(serve: Callable[..., StubEngine]) -> None:
     stub = serve({"/metrics": Route(fixture_page("llamacpp-server-11434-local.prom"))})
     read, write = os.pipe()
     os.close(read)  # `| head -1` that has gone: every write fails
@@ -600,7 +559,7 @@ def test_a_closed_stdout_is_exit_7_without_a_traceback(serve: Callable[..., Stub
     assert result.stderr == "stallprobe doctor: stdout was closed before the report was whole\n"
 
 
-def test_head_1_gets_the_first_line_and_the_doctor_exits_7(serve: Callable[..., Stub]) -> None:
+def test_head_1_gets_the_first_line_and_the_doctor_exits_7(serve: Callable[..., StubEngine]) -> None:
     stub = serve({"/metrics": Route(fixture_page("llamacpp-server-11434-local.prom"))})
     command = f"{sys.executable} -m stallprobe doctor --url {stub.url} --seconds 1 | head -1; echo ${{PIPESTATUS[0]}}"
     result = subprocess.run(
@@ -610,7 +569,7 @@ def test_head_1_gets_the_first_line_and_the_doctor_exits_7(serve: Callable[..., 
     assert "Traceback" not in result.stderr
 
 
-def test_ctrl_c_during_the_looks_reports_what_was_seen(serve: Callable[..., Stub]) -> None:
+def test_ctrl_c_during_the_looks_reports_what_was_seen(serve: Callable[..., StubEngine]) -> None:
     stub = serve({"/metrics": Route(fixture_page("llamacpp-server-11434-local.prom"))})
     process = subprocess.Popen(
         [sys.executable, "-m", "stallprobe", "doctor", "--url", stub.url, "--seconds", "60"],
