@@ -76,7 +76,7 @@ def test_the_pools_page_shows_the_tested_haproxy_configuration() -> None:
     runs (deploy/haproxy/stallprobe-pool.cfg), and the lines that make one check per server are there."""
     tested = {line.strip() for line in (REPO / "deploy" / "haproxy" / "stallprobe-pool.cfg").read_text().splitlines()}
     text = (DOCS / "pools.md").read_text(encoding="utf-8")
-    shown = [block for block in re.findall(r"```(?:haproxy|cfg)\n(.*?)```", text, flags=re.DOTALL)]
+    shown = re.findall(r"```(?:haproxy|cfg)\n(.*?)```", text, flags=re.DOTALL)
     assert shown, "no haproxy block in docs/pools.md"
     lines = [line.strip() for block in shown for line in block.splitlines() if line.strip()]
     assert [line for line in lines if line not in tested] == []

@@ -118,7 +118,8 @@ def test_the_readme_is_read_in_five_minutes() -> None:
 
 
 def test_the_synopsis_names_every_command_and_only_real_flags() -> None:
-    (synopsis,) = [block for block in re.findall(r"```\n(.*?)```", README, flags=re.DOTALL) if "stallprobe [" in block]
+    plain = re.findall(r"^```\n(.*?)^```$", README, flags=re.DOTALL | re.MULTILINE)
+    (synopsis,) = [block for block in plain if block.startswith("stallprobe [")]
     assert [line.split()[1] if line.split()[1] in COMMANDS else "probe" for line in synopsis.splitlines()] == [
         "probe",
         "doctor",
