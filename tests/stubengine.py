@@ -10,6 +10,8 @@ http.server), with an inference engine's routes and a state the test sets.
   `/is_paused` exists once the test has paused the engine (vLLM without its dev mode has no such route).
   Any route can be replaced by a `Route`: a fixed or computed body, a status, headers, a delay, or held
   until `release()`.
+- With `key` set, every route but `/health` answers 401 to a request without that bearer key, as llama.cpp's
+  server does when started with --api-key (its /health stays public).
 - Every request is recorded (`requests`, `count(path)`): method, path, headers, body, when it arrived.
 - Stuck modes, each freezing the counters whatever their step: `wedge()` (busy and frozen, completions
   accepted and never answered: an engine core that stopped), `pause()` (vLLM's /pause?mode=keep: the
@@ -104,6 +106,7 @@ class StubEngine:
         self.kv_cache: float | None = None  # vLLM's kv_cache_usage_perc, SGLang's num_used_tokens
         self.decodes = 0.0  # llama.cpp's n_decode_total: one per scrape that moved
         self.wedged = self.paused = self.asleep = False
+        self.key = ""  # the API key every route but /health wants ("" for none)
         self.moved_at: float | None = None  # when a scrape last found the counters advanced
         self.requests: list[Seen] = []
         self._lock = threading.Lock()
@@ -286,6 +289,10 @@ class StubEngine:
             self.requests.append(Seen(handler.command, handler.path, headers, body, time.monotonic()))
         path = urlsplit(handler.path).path
         route = self.routes.get(path)
+        if self.key and path != "/health" and headers.get("authorization") != f"Bearer {self.key}":
+            route = Route(
+                b'{"error": {"code": 401, "message": "Invalid API Key", "type": "authentication_error"}}', 401
+            )
         if route is None:
             handler.send_response(404)
             handler.send_header("Content-Length", "0")

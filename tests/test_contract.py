@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import stat
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -275,6 +276,7 @@ def places(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]
     where = tmp_path_factory.mktemp("probe-contract")
     (where / "folder").mkdir()
     os.mkfifo(where / "fifo")
+    os.mknod(where / "device", stat.S_IFCHR | 0o666, os.makedev(1, 3))  # a twin of /dev/null (root, as CI)
     (where / "corrupt.state").write_bytes(CORRUPT)
     base = f"http://127.0.0.1:{server.server_address[1]}"
     found = {name.split("/")[1]: base + name for name in ANSWERS}
@@ -284,6 +286,7 @@ def places(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]
         folder=str(where / "folder"),
         corrupt=str(where / "corrupt.state"),
         fifo=str(where / "fifo"),
+        device=str(where / "device"),
         missing=str(where / "no" / "such" / "folder" / "probe.state"),
     )
     yield found
@@ -294,7 +297,7 @@ def places(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]
 CORRUPT = b"stallprobe-state 3\nboot_id x\n\xff\xfe garbage\n"
 ENGINES = ["{" + name.split("/")[1] + "}" for name in ANSWERS] + ["{refused}"]
 # Never /dev/null itself: a probe that wrongly replaced it would break the machine, not just the test.
-STATES = ["{state}", "{folder}", "{corrupt}", "{missing}", "{fifo}"]
+STATES = ["{state}", "{folder}", "{corrupt}", "{missing}", "{fifo}", "{device}"]
 
 
 def _engine_runs(flags: list[str], *, url_flag: str) -> st.SearchStrategy[list[str]]:
@@ -637,7 +640,7 @@ ENGINE_CASES: list[tuple[str, list[str], int, str]] = [
     ("probe: a state folder", ["--url", "{good}", "--state-file", "{folder}"], 5, "error: state file "),
     ("probe: a state file nowhere", ["--url", "{good}", "--state-file", "{missing}"], 5, "error: state file "),
     ("probe: a corrupt state file", ["--url", "{good}", "--state-file", "{corrupt}"], 0, "baseline: 4 running"),
-    ("probe: a FIFO at the state path", ["--url", "{good}", "--state-file", "{fifo}"], 5, "error: state file "),
+    ("probe: a device at the state path", ["--url", "{good}", "--state-file", "{device}"], 5, "error: state file "),
     ("probe: a slow page", ["--url", "{slow}", "--timeout", "0.3"], 0, "suspect: scrape http://127.0.0.1:"),
     ("watch: no URL", ["watch"], 2, "error: at least one URL is required"),
     ("watch: a listen port past 65535", ["watch", "--listen", "127.0.0.1:99999", "{good}"], 2, "error: --listen"),

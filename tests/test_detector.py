@@ -68,7 +68,7 @@ def W(running: float, gen: float, prompt: float, t: float, waiting: float, owed:
 
 # (name, window, samples, expected verdicts)
 SCENARIOS: list[tuple[str, float, list[Sample], list[Verdict]]] = [
-    # --- the feature request's four cases
+    # --- the four cases every stall detector must get right: idle, moving, frozen, a long prefill
     (
         "idle_never_fails",
         120,

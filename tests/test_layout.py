@@ -32,6 +32,7 @@ LAYERS = {
     "stallprobe.observe": 4,
     # The commands: peers that never import each other.
     "stallprobe.probe": 5,
+    "stallprobe.doctor": 5,
     "stallprobe.inject": 5,
     "stallprobe.inject.command": 5,
     "stallprobe.inject.core": 5,

@@ -8,13 +8,14 @@ import typing
 import pytest
 
 from stallprobe import options
+from stallprobe.doctor import DoctorConfig
 from stallprobe.errors import UsageError
 from stallprobe.inject.command import InjectConfig
 from stallprobe.options import Option, Settings, parse
 from stallprobe.probe import Config as ProbeConfig
 from stallprobe.watch.poll import WatchConfig
 
-COMMANDS: list[type[Settings]] = [ProbeConfig, WatchConfig, InjectConfig]
+COMMANDS: list[type[Settings]] = [ProbeConfig, WatchConfig, InjectConfig, DoctorConfig]
 assert COMMANDS
 
 # What each reader returns (its value's type; a repeating option holds a tuple of them).
@@ -22,6 +23,7 @@ READS: dict[object, object] = {
     options.positive: float,
     options.non_negative: float,
     options.count: int,
+    options.port: int,
     options.switch: bool,
     options.metric_name: str,
     options.engine: str,
@@ -66,6 +68,7 @@ def sample_text(option: Option) -> str:
         options.positive: "2.5",
         options.non_negative: "0",
         options.count: "3",
+        options.port: "8000",
         options.switch: "1",
         options.metric_name: "vllm:x_total",
         options.engine: "vllm",

@@ -1,4 +1,4 @@
-"""The `stallprobe` command: dispatch to the probe, `watch` or `inject`, and turn errors into exit codes.
+"""The `stallprobe` command: dispatch to the probe, `watch`, `inject` or `doctor`, and turn errors into exit codes.
 
 This is the only module that exits (through `run()` and `console_main()`) and the only place where a
 StallprobeError becomes what a person sees: one line (or one JSON object) and the error's exit code, never
@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 
 from .console import emit, tell
-from .errors import StallprobeError
+from .errors import OutputError, StallprobeError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -47,7 +47,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     """Run one command; its exit code. Every expected failure is one line, never a traceback."""
     args = list(sys.argv[1:] if argv is None else argv)
     env = _environ() if environ is None else environ
-    command = args[0] if args and args[0] in ("watch", "inject") else "probe"
+    command = args[0] if args and args[0] in ("watch", "inject", "doctor") else "probe"
     if command != "probe":
         del args[0]
     try:
@@ -59,13 +59,17 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
             from .inject import main as inject_main
 
             return inject_main(args)
+        if command == "doctor":
+            from .doctor import main as doctor_main
+
+            return doctor_main(args, env)
         from .probe import main as probe_main
 
         return probe_main(args, env)
     except StallprobeError as exc:
         message = " ".join(str(exc).splitlines())  # one line, whatever the input it quotes holds
-        if command == "inject":  # its stdout is the manifests: errors go to stderr
-            tell(f"stallprobe inject: {message}")
+        if command == "inject" or isinstance(exc, OutputError):  # stdout: the manifests, or gone
+            tell(f"stallprobe {command}: {message}")
         else:
             line = f"error: {message}"
             if _wants_json(command, args, env):

@@ -65,7 +65,7 @@ __all__ = [
     "step",
 ]
 
-# 120 s, the feature request's default: a long prefill completes in seconds on current GPUs, so a busy
+# 120 s: a long prefill completes in seconds on current GPUs, so a busy
 # engine that moved no counter for two minutes is wedged. In vLLM V1 the prompt counter moves only when a
 # whole prefill completes, so the window must exceed the longest prefill a deployment allows.
 DEFAULT_WINDOW = 120.0

@@ -38,7 +38,7 @@ class ExitCode:
     STATE = 5  # the state file cannot be read or written
     CHANGES = 6  # inject --check: a run would change the manifests (a CI gate)
     OUTPUT = 7  # stdout was closed (or failed) before the output was whole: `inject ... | head`
-    INTERRUPTED = 130  # `watch --once` interrupted (the shell's code for SIGINT): never read as "alive"
+    INTERRUPTED = 130  # stopped by SIGINT (the shell's code) before watch --once or doctor saw enough
 
 
 # The one table of what each code means, per command (the probe's row is also EXIT_MEANINGS). Each
@@ -88,6 +88,7 @@ EXIT_TABLE: dict[int, dict[str, str]] = {
     },
     ExitCode.INTERRUPTED: {
         "watch": "--once interrupted before its second poll",
+        "doctor": "interrupted before its first look",
     },
 }
 

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from .engines import Dialect
     from .options import LookSettings
 
-__all__ = ["Observation", "budget", "health", "observe", "origin", "silent"]
+__all__ = ["Observation", "budget", "health", "kubelet_timeout", "observe", "origin", "silent"]
 
 
 class Observation:
@@ -138,3 +138,15 @@ def budget(settings: LookSettings, *, readiness: bool = False) -> float:
 
     asks = (settings.server_load, settings.canary, readiness)  # the canary: both its exchanges in one
     return settings.timeout * (1 + sum(asks)) + 2 * PAUSE_QUERY_TIMEOUT  # /is_paused, or /v1/loads
+
+
+def kubelet_timeout(timeout: float, asks: int = 0) -> int:
+    """The timeoutSeconds to give the kubelet for one run of the probe with --timeout `timeout` and `asks`
+    of --canary and --server-load: above the run's own worst case (the scrape, the question whether the
+    engine is paused, and one exchange more for each ask), with room for the interpreter's start on a
+    starved CPU. A run the kubelet kills at its timeout counts as a failure, so the probe must end first."""
+    import math
+
+    from .api import PAUSE_QUERY_TIMEOUT
+
+    return math.ceil(timeout * (1 + asks) + PAUSE_QUERY_TIMEOUT) + 2

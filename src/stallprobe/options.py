@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     T = TypeVar("T", bound="Settings")
 
 __all__ = [
+    "DOCTOR",
     "ENGINE_OPTIONS",
     "INJECT",
     "PROBE",
@@ -30,7 +31,9 @@ __all__ = [
     "Option",
     "Settings",
     "api_key",
+    "given_flags",
     "help_lines",
+    "key_source",
     "parse",
 ]
 
@@ -42,7 +45,7 @@ DEFAULT_TIMEOUT = 3.0
 # per engine every 5 s is nothing next to what the engine serves.
 DEFAULT_INTERVAL = 5.0
 # Longer than a model takes to load (the README's startupProbe allows 10 minutes): a restarted engine is
-# not restarted again before it could have served a request. (The incident's watchdog held off 165 minutes.)
+# not restarted again before it could have served a request.
 DEFAULT_COOLDOWN = 600.0
 # A restart command (docker restart, systemctl restart) returns within a minute; five minutes is a hang.
 DEFAULT_HOOK_TIMEOUT = 300.0
@@ -55,6 +58,9 @@ DEFAULT_CANARY_INTERVAL = 600.0
 # (in-flight work goes on), so it can be quick where a restart cannot; yet 30 s is far above a decode
 # step, a prefill chunk, or the gap between SGLang's metric updates.
 DEFAULT_DRAIN_AFTER = 30.0
+# The doctor's look: ten looks, one a second, show a busy engine's counters moving (vLLM publishes every
+# step, SGLang at least every few seconds), and a person at a terminal waits that long without wondering.
+DEFAULT_SECONDS = 10.0
 # The kubelet's defaults for a probe's period and failureThreshold; `inject` writes them.
 DEFAULT_PERIOD = 10
 DEFAULT_FAILURE_THRESHOLD = 3
@@ -426,6 +432,8 @@ HOOK_TIMEOUT = Option(
     "--hook-timeout", "SECONDS", positive, DEFAULT_HOOK_TIMEOUT, "kill a hook (and its process group) after this long"
 )
 
+SECONDS = Option("--seconds", "SECONDS", positive, DEFAULT_SECONDS, "look at the engine this long, once a second")
+
 FILENAME = Option("--filename", "FILE", nonempty, "-", "the manifests (- for stdin)", short="-f")
 CONTAINER = Option("--container", "NAME", nonempty, None, "inject into the container of this name only", shown="any")
 PERIOD = Option("--period", "SECONDS", count, DEFAULT_PERIOD, "the probe's periodSeconds")
@@ -507,6 +515,8 @@ WATCH = (
     LISTEN,
     DRAIN_AFTER,
 )
+# The doctor reads the engine as the probe would, and reads the probe's environment as the probe does.
+DOCTOR = (URL, SECONDS, TIMEOUT, *ENGINE_OPTIONS, API_KEY_FILE)
 # The probe's own flags that inject writes into the probes it adds, when given.
 PASSED_ON = (*ENGINE_OPTIONS, CANARY, CANARY_INTERVAL, SERVER_LOAD, API_KEY_FILE)
 INJECT = (
@@ -688,12 +698,19 @@ def _shown(text: str) -> str:
 KEY_VARIABLES = ("VLLM_API_KEY", "LLAMA_API_KEY")
 
 
+def key_source(path: str | None, environ: Mapping[str, str]) -> str:
+    """Where api_key() takes the key from: "--api-key-file", the engine's variable that holds one, or ""."""
+    if path is not None:
+        return "--api-key-file"
+    return next((variable for variable in KEY_VARIABLES if environ.get(variable, "").strip()), "")
+
+
 def api_key(path: str | None, environ: Mapping[str, str]) -> str:
     """The API key to send (the file at `path`, else the engine's own variable in `environ`), "" when
     there is none. UsageError when the file cannot be read or holds no usable key; the key itself is
     never shown."""
+    name = key_source(path, environ)
     if path is not None:
-        name = "--api-key-file"
         try:
             with open(path, "rb") as f:
                 text = f.read(4097).decode("utf-8", "replace")
@@ -701,11 +718,30 @@ def api_key(path: str | None, environ: Mapping[str, str]) -> str:
             raise UsageError(f"{name} {path}: {exc.strerror}") from None
         key = text.strip()
     else:
-        name = next((variable for variable in KEY_VARIABLES if environ.get(variable, "").strip()), "")
         key = environ[name].split(",")[0].strip() if name else ""
     if (name and not key) or len(key) > 4096 or not all(" " < ch < "\x7f" for ch in key):
         raise UsageError(f"{name} must hold one API key of printable ASCII characters (the key is not shown)")
     return key
+
+
+def given_flags(config: Settings, options: Sequence[Option], *, leave_out: Sequence[str] = ()) -> list[str]:
+    """The options of `options` that `config` was given (by flag or environment), as a command line
+    gives them to the probe, but for the flags in `leave_out`: what a printed probe command carries over."""
+    args: list[str] = []
+    for option in options:
+        if option.key not in config.given or option.flag in leave_out:
+            continue
+        value = getattr(config, option.key)
+        if option.is_switch:
+            args += [option.flag] if value else []
+        elif option.bare:  # --include-waiting: its word, in the one form that cannot be misread
+            args.append(f"{option.flag}={waiting_word(value)}")
+        elif option.repeats:
+            for word in value:
+                args += [option.flag, word]
+        else:
+            args += [option.flag, num(value) if isinstance(value, float) else (str(value) or "none")]
+    return args
 
 
 def help_lines(options: Sequence[Option], *, environment: bool = True) -> list[str]:

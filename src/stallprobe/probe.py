@@ -26,9 +26,10 @@ if TYPE_CHECKING:
 __all__ = ["Config", "configure", "help_text", "main", "run"]
 
 USAGE = """\
-usage: stallprobe [--url URL] [--window S] [--timeout S] [--engine NAME] [options]
-       stallprobe watch URL [URL ...] [options]  watch a pool of engines (see watch --help)
-       stallprobe inject [-f FILE] [options]    put the probe into Kubernetes manifests (see inject --help)"""
+usage: stallprobe [--url URL] [--window S] [--timeout S] [--engine NAME] [--ready] [options]
+       stallprobe doctor [--url URL] [--seconds S]  look at an engine and say how to probe it (see doctor --help)
+       stallprobe watch URL [URL ...] [options]      watch a pool of engines (see watch --help)
+       stallprobe inject [-f FILE] [options]        put the probe into Kubernetes manifests (see inject --help)"""
 
 
 def help_text() -> str:
@@ -36,7 +37,9 @@ def help_text() -> str:
         USAGE,
         "",
         "Exec liveness probe for LLM inference engines (vLLM, SGLang, llama.cpp): fails only when an",
-        "engine is busy (requests running) and none of its progress signals moved for the window.",
+        "engine is busy (requests running, or waiting for capacity while nothing runs) and none of its",
+        "progress signals moved for the window. With --ready, a readiness probe: not ready once busy with",
+        "no progress for --drain-after, or paused, or its health route fails.",
         "",
         "options (each flag also reads its environment variable; the flag wins):",
         *help_lines(PROBE),

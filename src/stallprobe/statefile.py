@@ -45,7 +45,8 @@ _NUMBERS = ("running", "generation", "prompt", "t", "waiting", "pending", "owed"
 _TIMES = ("stall_since", "paused_since")
 _HINT = "mount an emptyDir at /tmp or point --state-file elsewhere"
 # The file type bits of st_mode (stat.S_IFMT and friends, without the stat module).
-_S_IFMT, _S_IFDIR, _S_IFREG, _S_IFLNK = 0o170000, 0o040000, 0o100000, 0o120000
+_S_IFMT, _S_IFDIR, _S_IFREG = 0o170000, 0o040000, 0o100000
+_DEVICES = (0o020000, 0o060000)  # character and block devices
 
 
 def read_boot_id() -> str:
@@ -214,10 +215,10 @@ def save(path: str, states: Mapping[str, State], boot_id: str, facts: Mapping[st
         kind = _os.lstat(path).st_mode & _S_IFMT
     except OSError:
         kind = _S_IFREG  # nothing there yet (or nothing we may look at: the write below says so)
-    if kind not in (_S_IFREG, _S_IFLNK, _S_IFDIR):  # a directory: the replace below says so
-        # A device or a FIFO at the path (--state-file /dev/null): replacing it would replace the device
-        # node itself, for every process on the machine.
-        raise StateFileError(f"state file {path} is not a regular file; point --state-file at a file")
+    if kind in _DEVICES:
+        # --state-file /dev/null: replacing it would replace the machine's device node itself, for every
+        # process on it. (A FIFO or a socket planted in a shared /tmp is replaced, as a stale file is.)
+        raise StateFileError(f"state file {path} is a device, not a file; point --state-file at a file")
     folder, name = _split(path)
     tmp = _join(folder, f".{name}.{_os.getpid()}.{_os.urandom(4).hex()}.tmp")
     flags = _os.O_WRONLY | _os.O_CREAT | _os.O_EXCL | getattr(_os, "O_NOFOLLOW", 0)

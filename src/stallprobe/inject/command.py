@@ -21,8 +21,7 @@ import sys
 from .. import __version__
 from ..console import silence, tell
 from ..errors import ExitCode, InjectError, OutputError, exit_lines
-from ..options import INJECT, PASSED_ON, EngineSettings, help_lines, parse, waiting_word
-from ..report import num
+from ..options import INJECT, PASSED_ON, EngineSettings, given_flags, help_lines, parse
 from .core import Options, configmap, container_fields, inject
 from .decide import Decision
 from .manifests import MAX_BYTES, Manifests, decode, dump_yaml, read_documents, write_documents
@@ -92,23 +91,8 @@ class InjectConfig(EngineSettings):
 
 def _probe_args(config: InjectConfig) -> list[str]:
     """The probe's engine flags that were given, as the probe's command line takes them (--window and
-    --engine are always written, and so are left out here). Read through the option table, which names
-    each one's attribute."""
-    args: list[str] = []
-    for option in PASSED_ON:
-        if option.key not in config.given or option.flag in ("--window", "--engine"):
-            continue
-        value = getattr(config, option.key)
-        if option.is_switch:
-            args += [option.flag] if value else []
-        elif option.bare:  # --include-waiting: its word, in the one form that cannot be misread
-            args.append(f"{option.flag}={waiting_word(value)}")
-        elif option.repeats:
-            for word in value:
-                args += [option.flag, word]
-        else:
-            args += [option.flag, num(value) if isinstance(value, float) else (str(value) or "none")]
-    return args
+    --engine are always written, and so are left out here)."""
+    return given_flags(config, PASSED_ON, leave_out=("--window", "--engine"))
 
 
 def _shown(path: str) -> str:

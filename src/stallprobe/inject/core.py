@@ -11,9 +11,9 @@ import base64
 import math
 
 from .. import __version__
-from ..api import PAUSE_QUERY_TIMEOUT
 from ..detector import DEFAULT_WINDOW
 from ..engines import DIALECTS
+from ..observe import kubelet_timeout
 from ..options import DEFAULT_FAILURE_THRESHOLD, DEFAULT_PERIOD, DEFAULT_STARTUP_BUDGET, DEFAULT_TIMEOUT
 from ..pyz import launcher
 from ..report import num
@@ -154,11 +154,8 @@ def probe_command(port: int, engine: str | None, options: Options, state_volume:
 
 
 def timeout_seconds(options: Options) -> int:
-    # Above the probe's own worst case, with room for the interpreter's start on a starved CPU: the
-    # scrape, the question whether it is paused (1 s), and with --canary or --server-load one more
-    # exchange each, every one under --timeout.
     extra = sum(flag in options.probe_args for flag in ("--canary", "--server-load"))
-    return math.ceil(options.timeout * (1 + extra) + PAUSE_QUERY_TIMEOUT) + 2
+    return kubelet_timeout(options.timeout, extra)
 
 
 def liveness_probe(command: list[str], options: Options, old: Any) -> dict[str, Any]:

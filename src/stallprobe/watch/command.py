@@ -51,6 +51,11 @@ Verdicts: baseline, idle, paused, progressing, saturated, suspect, stalled (the 
 that gives no answer in time is suspect, then stalled once silent for the window), unreachable (the
 scrape failed unambiguously) and error (not a metrics page).
 
+Load balancers: with --listen, GET /ready?url=URL answers the probe's readiness rule for one engine
+(200 ready, 503 not ready: busy with no progress or silent for --drain-after, paused, or its health
+route failing), so an active health check drains a wedged engine long before --on-stalled runs;
+GET /metrics exports every verdict for Prometheus.
+
 Watchdog: --on-stalled runs a command (split like a shell would, but run without one: write
 `sh -c '...'` for a shell) once per stall episode of an engine, never for a saturated or suspect one, at
 most once per --cooldown per endpoint, with STALLPROBE_URL, STALLPROBE_ENGINE (empty when the page has

@@ -1,0 +1,95 @@
+"""The docs/ pages: generated where they are reference, linked where they are prose, true of the code and
+of each other, and about this repository alone (no document a reader does not have)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+
+DOCS = REPO / "docs"
+PAGES = sorted(DOCS.glob("*.md"))
+# Every page a newcomer meets, and the repository's own files they may link to.
+READ = [REPO / "README.md", REPO / "CONTRIBUTING.md", *PAGES]
+# Words that point at documents the reader of this repository does not have.
+ELSEWHERE = re.compile(r"the incident|incident write-up|the seed|feature request|issue \d+|/work/", re.IGNORECASE)
+
+
+def test_there_is_a_page_for_each_subject() -> None:
+    names = {page.stem for page in PAGES}
+    expected = {"how-it-decides", "engines", "kubernetes", "pools", "alerts", "failure-modes", "cost", "reference"}
+    assert names == expected
+
+
+def test_the_reference_is_what_the_code_says() -> None:
+    done = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "reference"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def anchors(text: str) -> set[str]:
+    """GitHub's anchors of a page's headings: lowercase, punctuation dropped, spaces to hyphens."""
+    found = set()
+    for heading in re.findall(r"^#+ (.+)$", text, flags=re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        found.add(slug)
+    return found
+
+
+@pytest.mark.parametrize("page", READ, ids=lambda p: str(p.relative_to(REPO)))
+def test_every_relative_link_resolves(page: Path) -> None:
+    text = page.read_text(encoding="utf-8")
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"[a-z]+://", target):
+            continue
+        path, _, anchor = target.partition("#")
+        linked = (page.parent / path).resolve() if path else page
+        assert linked.exists(), f"{page.name} links to {target}, which is not there"
+        if anchor and linked.suffix == ".md":
+            assert anchor in anchors(linked.read_text(encoding="utf-8")), f"{page.name}: no heading for #{anchor}"
+
+
+@pytest.mark.parametrize("page", READ, ids=lambda p: str(p.relative_to(REPO)))
+def test_no_page_cites_a_document_the_reader_does_not_have(page: Path) -> None:
+    text = page.read_text(encoding="utf-8")
+    assert not ELSEWHERE.findall(text), ELSEWHERE.findall(text)
+
+
+def test_the_source_cites_none_either() -> None:
+    for path in sorted((REPO / "src" / "stallprobe").rglob("*.py")):
+        found = ELSEWHERE.findall(path.read_text(encoding="utf-8"))
+        assert not found, (path.name, found)
+
+
+def test_the_pools_page_shows_the_tested_haproxy_configuration() -> None:
+    """Each line of the HAProxy configuration the pools page shows is a line of the file the HAProxy test
+    runs (deploy/haproxy/stallprobe-pool.cfg), and the lines that make one check per server are there."""
+    tested = {line.strip() for line in (REPO / "deploy" / "haproxy" / "stallprobe-pool.cfg").read_text().splitlines()}
+    text = (DOCS / "pools.md").read_text(encoding="utf-8")
+    shown = re.findall(r"```(?:haproxy|cfg)\n(.*?)```", text, flags=re.DOTALL)
+    assert shown, "no haproxy block in docs/pools.md"
+    lines = [line.strip() for block in shown for line in block.splitlines() if line.strip()]
+    assert [line for line in lines if line not in tested] == []
+    for needed in ("option httpchk", "http-check expect status 200"):
+        assert needed in lines, needed
+    assert any(line.startswith("http-check send meth GET uri-lf /ready?url=") for line in lines)
+    assert any(line.startswith("default-server check addr") for line in lines)
+
+
+def test_every_page_says_one_restart_time() -> None:
+    """With the default window, period and failureThreshold, a wedged engine is restarted about 140 s after
+    the last progress the probe saw (inject says so for each container): no page says another number."""
+    for page in READ:
+        text = page.read_text(encoding="utf-8")
+        for number in re.findall(r"restart\w*[^.\n]{0,60}?about (\d+) s", text):
+            assert number == "140", (page.name, number)
