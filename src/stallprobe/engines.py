@@ -482,7 +482,7 @@ def read_engines(page: bytes, t: float, dialect: Dialect = VLLM, extra: Sequence
         deferred = totals(owing.family, owing.label, owing.deferred)
         for engine in engines:
             # Nothing deferred, or a KV cache seen empty: nothing the deferred hold can be what waits.
-            empty = bool(dialect.signals) and signals[engine].get(dialect.signals[0], -1.0) == 0
+            empty = bool(dialect.signals) and signals[engine].get(dialect.signals[0]) == 0  # None: not seen
             free = deferred.get(engine, 0.0) == 0 or empty
             owed[engine] = capacity.get(engine, 0.0) if free or not owing.strict else 0.0
     for family in owing.excuses:
