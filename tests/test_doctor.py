@@ -329,7 +329,7 @@ def test_a_busy_engine_frozen_past_the_window_is_stalled_now(serve: Callable[...
     )
     run = doctor(stub.url, "--window", "0.5", seconds="1")
     assert run.code == ExitCode.STALLED, run.out
-    assert run["moved"] == "nothing, while requests ran"
+    assert run["moved"] == "nothing, while the engine owed work (requests running, or waiting for capacity)"
     assert run["verdicts"] == "baseline, then stalled (window 0.5 s)"
     assert re.fullmatch(
         r"stalled: 4 running, 0 waiting; no token progress for 1\.\d s \(window 0\.5 s\)", run["last look"]
@@ -345,7 +345,7 @@ def test_requests_waiting_for_capacity_with_nothing_running_are_judged(serve: Ca
     stub = serve({"/metrics": Route((BUILT / "vllm-0.32-capacity-nothing-running.prom").read_bytes())})
     run = doctor(stub.url, seconds="1")
     assert run.code == ExitCode.OK, run.out
-    assert run["moved"] == "nothing, while requests ran"
+    assert run["moved"] == "nothing, while the engine owed work (requests running, or waiting for capacity)"
     assert run["verdicts"] == "baseline, then suspect (window 120 s)"
     assert run["last look"].endswith("(window 120 s); 3 waiting for capacity, nothing running")
 

@@ -433,13 +433,6 @@ def test_paused_asleep_and_queued_behind_nothing_leave_the_rotation_until_they_m
     assert hook.runs() == []  # drained, and never restarted: the window is far off
 
 
-def test_the_readmes_lines_are_the_configurations() -> None:
-    readme = (REPO / "README.md").read_text()
-    block = readme.split("```haproxy\n", 1)[1].split("```", 1)[0]
-    lines = {line.strip() for line in CONFIG.read_text().splitlines()}
-    assert [line for line in block.splitlines() if line.strip() not in lines] == []
-
-
 @pytest.mark.needs("haproxy")
 def test_the_configuration_is_valid_as_it_is() -> None:
     result = subprocess.run([haproxy(), "-c", "-f", str(CONFIG)], capture_output=True, text=True, check=False)

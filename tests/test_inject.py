@@ -498,8 +498,8 @@ def test_the_probes_new_flags_are_carried_through_and_the_timeout_covers_them() 
     assert probe["timeoutSeconds"] == 9
 
 
-def test_the_readme_gives_the_input_limits_the_code_has() -> None:
-    readme = (REPO / "README.md").read_text()
+def test_the_docs_give_the_input_limits_the_code_has() -> None:
+    readme = (REPO / "docs" / "kubernetes.md").read_text()
     assert f"larger than {MAX_BYTES // (1024 * 1024)} MiB" in readme
     assert f"nested deeper than {MAX_DEPTH} levels" in readme
     assert MAX_NODES == 1_000_000

@@ -319,7 +319,7 @@ def test_drain_after_writes_the_readiness_probe() -> None:
     live, ready = c["livenessProbe"], c["readinessProbe"]
     assert ready["exec"]["command"] == [*live["exec"]["command"], "--ready", "--drain-after", "30"]
     assert (ready["periodSeconds"], ready["failureThreshold"], ready["successThreshold"]) == (5, 1, 1)
-    assert ready["timeoutSeconds"] == live["timeoutSeconds"]
+    assert ready["timeoutSeconds"] == live["timeoutSeconds"] + 3  # it asks the health route too: --timeout more
     assert "traffic stops about 35 s after the last progress" in done.stderr
 
 

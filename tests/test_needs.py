@@ -79,7 +79,7 @@ def test_a_test_that_runs_an_outside_tool_declares_it(path: Path) -> None:
     runs = {
         "promtool": '"promtool"' in text,
         "kubectl": '"kubectl"' in text,
-        "haproxy": '"haproxy"' in text,
+        "haproxy": "haproxy()" in text or '["haproxy"' in text,
         "llama.cpp": "LlamaCppServer(" in text,
     }
     for tool, used in runs.items():

@@ -462,7 +462,7 @@ def _progress_lines(config: DoctorConfig, dialect: Dialect, page: bytes | None, 
     if moved:
         text = ", ".join(moved) + (f"; not {', '.join(still)}" if still else "")
     elif looks.busy:
-        text = "nothing, while requests ran"
+        text = "nothing, while the engine owed work (requests running, or waiting for capacity)"
     else:
         text = "nothing: nothing ran, so nothing had to move. Look again while it serves requests."
     lines.append(("moved", text))

@@ -142,9 +142,10 @@ def budget(settings: LookSettings, *, readiness: bool = False) -> float:
 
 def kubelet_timeout(timeout: float, asks: int = 0) -> int:
     """The timeoutSeconds to give the kubelet for one run of the probe with --timeout `timeout` and `asks`
-    of --canary and --server-load: above the run's own worst case (the scrape, the question whether the
-    engine is paused, and one exchange more for each ask), with room for the interpreter's start on a
-    starved CPU. A run the kubelet kills at its timeout counts as a failure, so the probe must end first."""
+    exchanges beyond the page (--canary, --server-load, and --ready's health route): above the run's own
+    worst case (the scrape, the question whether the engine is paused, and one exchange more for each
+    ask), with room for the interpreter's start on a starved CPU. A run the kubelet kills at its timeout
+    counts as a failure, so the probe must end first."""
     import math
 
     from .api import PAUSE_QUERY_TIMEOUT

@@ -51,7 +51,8 @@ DEFAULT_COOLDOWN = 600.0
 DEFAULT_HOOK_TIMEOUT = 300.0
 # Ten minutes between two canaries to an idle engine: six a day-hour, a few requests an hour, nothing
 # next to real traffic. A canary that gets no answer is sent again on every run until one is answered,
-# so once one fails the restart comes within window + failureThreshold x period, as for any stall.
+# so once one fails the restart comes about window + period x (failureThreshold - 1) later, as for any
+# stall.
 DEFAULT_CANARY_INTERVAL = 600.0
 # Readiness takes an engine out of routing when it has been busy with no progress for this long: a quarter
 # of the liveness window. A false "not ready" only moves new requests to the other members for a while

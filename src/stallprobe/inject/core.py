@@ -153,9 +153,10 @@ def probe_command(port: int, engine: str | None, options: Options, state_volume:
     return command
 
 
-def timeout_seconds(options: Options) -> int:
+def timeout_seconds(options: Options, *, ready: bool = False) -> int:
+    """The probe's timeoutSeconds: a readiness run also asks the engine's health route."""
     extra = sum(flag in options.probe_args for flag in ("--canary", "--server-load"))
-    return kubelet_timeout(options.timeout, extra)
+    return kubelet_timeout(options.timeout, extra + ready)
 
 
 def liveness_probe(command: list[str], options: Options, old: Any) -> dict[str, Any]:
@@ -199,7 +200,7 @@ def readiness_probe(command: list[str], drain_after: float, options: Options) ->
     return {
         "exec": {"command": [*command, "--ready", "--drain-after", num(drain_after)]},
         "periodSeconds": READY_PERIOD,
-        "timeoutSeconds": timeout_seconds(options),
+        "timeoutSeconds": timeout_seconds(options, ready=True),
         "successThreshold": 1,
         "failureThreshold": 1,
     }
