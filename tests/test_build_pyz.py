@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from pytest_httpserver import HTTPServer
 
 from conftest import rewind
-from stallprobe.pyz import HOT
+from stallprobe.pyz import HOT, TOOLS, launcher
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD_PYZ = ROOT / "scripts" / "build-pyz"
@@ -180,3 +180,35 @@ def test_real_page_reads(pyz: Path, httpserver: HTTPServer, tmp_path: Path, name
         assert code == 0, line
         # A page caught while its engine sleeps is paused from the first run; any other is a baseline.
         assert line.startswith("paused: " if "asleep" in name else "baseline: "), line
+
+
+def test_the_archive_is_the_probe_alone_and_its_run_pays_for_nothing_else(pyz: Path, httpserver: HTTPServer) -> None:
+    """No tool rides in it (each entry is read at every run); its bytecode imports no __future__ (the flag
+    is the compiler's); the launcher turns the cycle collector off before the first import; and a tool
+    asked of it says where to get it, in one line."""
+    with zipfile.ZipFile(pyz) as archive:
+        names = archive.namelist()
+    assert not [name for name in names if name.startswith(TOOLS)]
+    httpserver.expect_request("/metrics").respond_with_data(frozen_busy_page(), content_type="text/plain")
+    program = launcher(str(pyz)).replace(
+        "run()", "import atexit; atexit.register(lambda: print(sorted(sys.modules), gc.isenabled())); run()"
+    )
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", program, "--url", httpserver.url_for("/metrics"), "--state-file",
+         str(pyz.parent / "alone.state")],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    line, modules, enabled = done.stdout.splitlines()[0], *done.stdout.splitlines()[1].rsplit(" ", 1)
+    assert line.startswith("baseline: 3 running"), done.stdout + done.stderr
+    assert "'__future__'" not in modules
+    assert enabled == "False"
+    for tool in ("watch", "inject", "doctor"):
+        asked = subprocess.run(
+            [sys.executable, "-I", "-S", "-c", launcher(str(pyz)), tool, "--help"],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        said = f"{tool} is not in this single-file build, which carries the probe alone: pip install stallprobe\n"
+        if tool == "inject":  # its stdout is for manifests: its errors go to stderr
+            assert (asked.returncode, asked.stdout, asked.stderr) == (2, "", f"stallprobe inject: {said}")
+        else:
+            assert (asked.returncode, asked.stdout, asked.stderr) == (2, f"error: {said}", "")

@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from stallprobe.engines import DIALECTS, SERVING, VLLM, VllmServing
+from stallprobe.engines import DIALECTS, VLLM
 from stallprobe.inject.decide import Choice, Decision, decide, engine_of
 from stallprobe.inject.shell import command_lines, env_values, flag_value, has_flag, k8s_expand, shell_words
+from stallprobe.serving import SERVING, VllmServing
 
 HEALTH = {"httpGet": {"path": "/health", "port": 8000}}
 OURS = {"exec": {"command": ["python3", "-c", "/opt/stallprobe/stallprobe.pyz"]}}

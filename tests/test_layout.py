@@ -18,6 +18,7 @@ LAYERS = {
     "stallprobe.detector": 0,
     "stallprobe.exposition": 1,
     "stallprobe.engines": 2,
+    "stallprobe.serving": 0,  # data: how each engine's server is started
     "stallprobe.report": 1,
     "stallprobe.watch.hooks": 1,
     # The edges: HTTP, the state file, the single-file build.

@@ -11,11 +11,11 @@ from __future__ import annotations
 import sys
 
 from .console import emit, tell
-from .errors import OutputError, StallprobeError
+from .errors import OutputError, StallprobeError, UsageError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
 __all__ = ["console_main", "main", "run"]
 
@@ -43,6 +43,29 @@ def _environ() -> Mapping[str, str]:
     }
 
 
+def _tool(command: str) -> Callable[[list[str], Mapping[str, str]], int]:
+    """The main() of `watch`, `inject` or `doctor`; UsageError in the single-file build, which carries the
+    probe alone (stallprobe.pyz, for a pod)."""
+    try:
+        if command == "watch":
+            from .watch import main as watch_main
+
+            return watch_main
+        if command == "inject":
+            from .inject import main as inject_main
+
+            return lambda args, env: inject_main(args)
+        from .doctor import main as doctor_main
+
+        return doctor_main
+    except ModuleNotFoundError as exc:
+        if not (exc.name or "").startswith("stallprobe."):
+            raise
+        raise UsageError(
+            f"{command} is not in this single-file build, which carries the probe alone: pip install stallprobe"
+        ) from None
+
+
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
     """Run one command; its exit code. Every expected failure is one line, never a traceback."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -51,18 +74,14 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     if command != "probe":
         del args[0]
     try:
-        if command == "watch":
-            from .watch import main as watch_main
+        if command != "probe":
+            return _tool(command)(args, env)
+        if argv is None:
+            # The probe's own process lives well under a second and makes no garbage that cycles: the cycle
+            # collector's passes during its imports are ~2% of its CPU, paid every few seconds in every pod.
+            import gc
 
-            return watch_main(args, env)
-        if command == "inject":
-            from .inject import main as inject_main
-
-            return inject_main(args)
-        if command == "doctor":
-            from .doctor import main as doctor_main
-
-            return doctor_main(args, env)
+            gc.disable()
         from .probe import main as probe_main
 
         return probe_main(args, env)

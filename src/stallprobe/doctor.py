@@ -17,7 +17,7 @@ import time
 from . import __version__
 from .console import emit, tell
 from .detector import Verdict, assess_engines, readiness
-from .engines import DIALECTS, SERVING, choose, precision_note
+from .engines import DIALECTS, choose, precision_note
 from .errors import ExitCode, MetricsError, OutputError, ScrapeError, ScrapeTimeout, exit_lines
 from .exposition import has_samples, is_declared
 from .observe import kubelet_timeout, observe, origin
@@ -37,6 +37,7 @@ from .options import (
 )
 from .report import describe, num, secs
 from .scrape import exchange, parse_url, status_error
+from .serving import SERVING
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

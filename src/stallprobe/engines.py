@@ -19,13 +19,11 @@ __all__ = [
     "DIALECTS",
     "ENGINE_NAMES",
     "LLAMACPP",
-    "SERVING",
     "SGLANG",
     "VLLM",
     "Dialect",
     "Owing",
     "PauseSign",
-    "Serving",
     "choose",
     "detect",
     "precision_note",
@@ -380,8 +378,10 @@ def detect(page: bytes, candidates: Sequence[Dialect] = DIALECTS) -> Dialect:
     partial: list[tuple[Dialect, list[str]]] = []
     for dialect in candidates:
         required = dialect.required()
-        # A plain substring search first (cheap): most pages carry one engine's names only.
-        if not any(name.encode() in page for name in required):
+        # A plain substring search first (cheap): most pages carry one engine's names only. Names that
+        # share a prefix (vllm:, sglang:) are looked for once, by it.
+        prefixes = {name.partition(":")[0] + ":" if ":" in name else name for name in required}
+        if not any(prefix.encode() in page for prefix in prefixes):
             continue
         missing = [name for name in required if not _present(page, name)]
         if not missing:
@@ -485,11 +485,12 @@ def read_engines(page: bytes, t: float, dialect: Dialect = VLLM, extra: Sequence
             empty = bool(dialect.signals) and signals[engine].get(dialect.signals[0]) == 0  # None: not seen
             free = deferred.get(engine, 0.0) == 0 or empty
             owed[engine] = capacity.get(engine, 0.0) if free or not owing.strict else 0.0
-    for family in owing.excuses:
+    # The excuses are looked for only where a queue is owed: most pages owe nothing, and each look scans it.
+    for family in owing.excuses if any(owed.values()) else ():
         for engine, total in totals(family, owing.excuse_label, (owing.excuse_value,)).items():
             if total > 0:
                 owed[engine] = 0.0
-    if dialect.signals and any(prefix.encode() in page for prefix in owing.held_by):
+    if any(owed.values()) and dialect.signals and any(prefix.encode() in page for prefix in owing.held_by):
         for engine in engines:
             if signals[engine].get(dialect.signals[0], 0.0) > 0:  # the KV cache holds blocks for a peer
                 owed[engine] = 0.0
@@ -526,51 +527,11 @@ def precision_note(dialect: Dialect, sample: Sample) -> str:
     return f"{dialect.name} prints {dialect.digits} significant digits, so an advance under {step:g} is invisible"
 
 
-class Serving:
-    """How an engine's server is started in a container, for `inject`: which command serves, where its
-    port, host and metrics switch are read from. Facts from each engine's own argument parser and docs,
-    cited per engine below. Plain class attributes, one subclass per engine: data, nothing that runs."""
+def __getattr__(name: str) -> object:
+    """How each engine's server is started (for inject and doctor) lives in serving.py, off the probe's
+    path: the names that were here still resolve."""
+    if name in ("SERVING", "Serving", "VllmServing", "SglangServing", "LlamacppServing"):
+        from . import serving
 
-    servers: tuple[str, ...] = ()  # the start of a command line that runs its HTTP server
-    images: tuple[str, ...] = ()  # images whose entrypoint is that server (args alone go to it)
-    port_flags: tuple[str, ...] = ("--port",)  # flags that set its port
-    port_env: tuple[str, ...] = ()  # variables it reads its port from when no flag says
-    host_env: tuple[str, ...] = ()  # variables it reads its address from
-    default_host = "127.0.0.1"  # the address it binds when nothing says (loopback: the pod's IP fails)
-    # Metrics: on when one of metrics_on is given (or a metrics_env variable is true); with none of
-    # metrics_on (empty) they are on unless one of metrics_off is given.
-    metrics_on: tuple[str, ...] = ()
-    metrics_off: tuple[str, ...] = ()
-    metrics_env: tuple[str, ...] = ()
-
-
-class VllmServing(Serving):
-    # vLLM (vllm/entrypoints/openai/cli_args.py, vllm/entrypoints/cli/serve.py): `vllm serve` or the
-    # api_server module; --port 8000, --host all interfaces. The vllm/vllm-openai image's entrypoint is
-    # the api server. --disable-log-stats creates no stat logger: no vllm: family is registered at all.
-    servers = ("vllm serve", "vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server")
-    images = ("vllm/vllm-openai",)
-    default_host = "0.0.0.0"
-    metrics_off = ("--disable-log-stats",)
-
-
-class SglangServing(Serving):
-    # SGLang (python/sglang/srt/server_args.py): sglang.launch_server; --port 30000, --host 127.0.0.1;
-    # metrics only with --enable-metrics. Its images run nothing by default.
-    servers = ("sglang.launch_server", "sglang serve")
-    metrics_on = ("--enable-metrics",)
-
-
-class LlamacppServing(Serving):
-    # llama.cpp's server (common/arg.cpp): llama-server, --port 8080 or LLAMA_ARG_PORT, --host 127.0.0.1
-    # or LLAMA_ARG_HOST; /metrics answers 501 unless --metrics or LLAMA_ARG_ENDPOINT_METRICS (1, true,
-    # on, enabled). The ghcr.io/ggml-org/llama.cpp:server images' entrypoint is llama-server.
-    servers = ("llama-server", "llama.cpp/server")
-    images = ("llama.cpp:server",)
-    port_env = ("LLAMA_ARG_PORT",)
-    host_env = ("LLAMA_ARG_HOST",)
-    metrics_on = ("--metrics",)
-    metrics_env = ("LLAMA_ARG_ENDPOINT_METRICS",)
-
-
-SERVING: dict[str, type[Serving]] = {"vllm": VllmServing, "sglang": SglangServing, "llamacpp": LlamacppServing}
+        return getattr(serving, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

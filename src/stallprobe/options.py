@@ -211,7 +211,7 @@ class Option:
     """One flag: its metavar ("" for a switch; ending in "..." when it may repeat), how its text is read,
     its default, what it means, and the environment variable the probe also reads it from."""
 
-    __slots__ = ("bare", "default", "env", "env_shown", "flag", "help", "key", "metavar", "read", "short", "shown")
+    __slots__ = ("_env_shown", "_shown", "bare", "default", "env", "flag", "help", "key", "metavar", "read", "short")
 
     def __init__(
         self,
@@ -238,10 +238,22 @@ class Option:
         # The text a flag given without a value means, for a flag whose value is optional ("" when it is
         # not): `--flag` is `--flag=BARE`; `--flag=VALUE`, or `--flag VALUE` when VALUE reads, gives one.
         self.bare = bare
-        # The default as --help and the README show it; env_shown, for a command that reads the
-        # environment, when the environment can supply it.
-        self.shown = shown or ("off" if not metavar else num(default) if isinstance(default, float) else str(default))
-        self.env_shown = env_shown or self.shown
+        self._shown = shown
+        self._env_shown = env_shown
+
+    # Worked out when --help or the docs ask, not when the probe imports the table (a run never asks).
+    @property
+    def shown(self) -> str:
+        """The default as --help and the docs show it."""
+        if self._shown:
+            return self._shown
+        default = self.default
+        return "off" if not self.metavar else num(default) if isinstance(default, float) else str(default)
+
+    @property
+    def env_shown(self) -> str:
+        """The default for a command that reads the environment, when the environment can supply it."""
+        return self._env_shown or self.shown
 
     @property
     def is_switch(self) -> bool:

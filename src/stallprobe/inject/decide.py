@@ -31,7 +31,8 @@ The rules, in order, each with its reason:
 
 from __future__ import annotations
 
-from ..engines import DIALECTS, SERVING
+from ..engines import DIALECTS
+from ..serving import SERVING
 from .shell import SHELLS, command_lines, env_values, flag_value, has_flag, normal
 
 TYPE_CHECKING = False
