@@ -378,10 +378,8 @@ def detect(page: bytes, candidates: Sequence[Dialect] = DIALECTS) -> Dialect:
     partial: list[tuple[Dialect, list[str]]] = []
     for dialect in candidates:
         required = dialect.required()
-        # A plain substring search first (cheap): most pages carry one engine's names only. Names that
-        # share a prefix (vllm:, sglang:) are looked for once, by it.
-        prefixes = {name.partition(":")[0] + ":" if ":" in name else name for name in required}
-        if not any(prefix.encode() in page for prefix in prefixes):
+        # A plain substring search first (cheap): most pages carry one engine's names only.
+        if not any(name.encode() in page for name in required):
             continue
         missing = [name for name in required if not _present(page, name)]
         if not missing:
@@ -485,11 +483,11 @@ def read_engines(page: bytes, t: float, dialect: Dialect = VLLM, extra: Sequence
             empty = bool(dialect.signals) and signals[engine].get(dialect.signals[0]) == 0  # None: not seen
             free = deferred.get(engine, 0.0) == 0 or empty
             owed[engine] = capacity.get(engine, 0.0) if free or not owing.strict else 0.0
-    # The excuses are looked for only where a queue is owed: most pages owe nothing, and each look scans it.
-    for family in owing.excuses if any(owed.values()) else ():
+    for family in owing.excuses:
         for engine, total in totals(family, owing.excuse_label, (owing.excuse_value,)).items():
             if total > 0:
                 owed[engine] = 0.0
+    # Looked for only where a queue is owed: most pages owe nothing, and each look scans the whole page.
     if any(owed.values()) and dialect.signals and any(prefix.encode() in page for prefix in owing.held_by):
         for engine in engines:
             if signals[engine].get(dialect.signals[0], 0.0) > 0:  # the KV cache holds blocks for a peer
@@ -525,13 +523,3 @@ def precision_note(dialect: Dialect, sample: Sample) -> str:
         return ""
     step = min(10.0 ** (math.floor(math.log10(abs(value))) - dialect.digits + 1) for value in heartbeat)
     return f"{dialect.name} prints {dialect.digits} significant digits, so an advance under {step:g} is invisible"
-
-
-def __getattr__(name: str) -> object:
-    """How each engine's server is started (for inject and doctor) lives in serving.py, off the probe's
-    path: the names that were here still resolve."""
-    if name in ("SERVING", "Serving", "VllmServing", "SglangServing", "LlamacppServing"):
-        from . import serving
-
-        return getattr(serving, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
