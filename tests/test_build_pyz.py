@@ -190,8 +190,9 @@ def test_the_archive_is_the_probe_alone_and_its_run_pays_for_nothing_else(pyz: P
         names = archive.namelist()
     assert not [name for name in names if name.startswith(TOOLS)]
     httpserver.expect_request("/metrics").respond_with_data(frozen_busy_page(), content_type="text/plain")
+    # main() in place of run(), which ends the process at once, with no chance to look.
     program = launcher(str(pyz)).replace(
-        "run()", "import atexit; atexit.register(lambda: print(sorted(sys.modules), gc.isenabled())); run()"
+        "import run; run()", "import main; main(); print(sorted(sys.modules), gc.isenabled())"
     )
     done = subprocess.run(
         [sys.executable, "-I", "-S", "-c", program, "--url", httpserver.url_for("/metrics"), "--state-file",

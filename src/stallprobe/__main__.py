@@ -1,10 +1,8 @@
-"""`python3 -m stallprobe`: the exit code of cli.main() becomes the process's."""
+"""`python3 -m stallprobe`: cli.run(), whose exit code becomes the process's."""
 
 from __future__ import annotations
 
-import sys
-
-from stallprobe.cli import main
+from stallprobe.cli import run
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run()
