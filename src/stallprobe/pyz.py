@@ -44,11 +44,9 @@ UNIX = 3
 MAIN = '''\
 """Entry point of stallprobe.pyz: the probe's exit code becomes the process's."""
 
-import sys
+from stallprobe.cli import run
 
-from stallprobe.cli import main
-
-sys.exit(main())
+run()
 '''
 
 REQUIRED = ("stallprobe/__init__.py", "stallprobe/cli.py")
