@@ -37,7 +37,7 @@ REAL: dict[str, tuple[str, dict[str, tuple[float, float, float, float, float, di
     "vllm-0.32.0-cpu-multiprocess-idle.prom": ("vllm", {"0": (0, 0, 0, 0, 0, {})}),
     "vllm-0.32.0-cpu-paused-keep.prom": ("vllm", {"0": (4, 0, 0, 244, 2601, {KV: 0.002930045171529727})}),
     "vllm-0.32.0-cpu-asleep.prom": ("vllm", {"0": (0, 0, 0, 244, 2601, {KV: 0.0})}),
-    # Issue 17's wedge, staged on the real engine: all three waiting for capacity, owed.
+    # The admission wedge, staged on the real engine: all three waiting for capacity, owed.
     "vllm-0.32.0-cpu-wedged-capacity.prom": ("vllm", {"0": (0, 3, 3, 61, 8, {KV: 0.0})}),
     # The same wedge with a structured-output request deferred behind it: none owed while one is deferred.
     "vllm-0.32.0-cpu-wedged-sticky-deferred.prom": ("vllm", {"0": (0, 4, 3, 61, 8, {KV: 0.0})}),

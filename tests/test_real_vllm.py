@@ -10,7 +10,7 @@ The scenarios: a long generation (never stalled); the engine core stopped with S
 (stalled after the window); /pause?mode=keep held past the window (paused throughout, progressing after
 /resume); /pause?mode=wait with requests queued behind it (never stalled, with or without --include-waiting);
 the engine core stopped while idle, then sent requests (idle to the page alone, stalled with --canary); a
-healthy idle engine under --canary (idle, every canary answered); issue 17's wedge, requests waiting for
+healthy idle engine under --canary (idle, every canary answered); the admission wedge, requests waiting for
 capacity with nothing running while the engine core steps on (suspect, stalled after the window, not ready
 after the drain window, moving again once admitted); a burst of three times --max-num-seqs requests, judged as
 it queues and drains (never stalled); long generations with a deep queue behind them (saturated, never
@@ -508,6 +508,18 @@ def test_a_healthy_idle_engine_answers_the_canary_and_stays_idle(engine: Engine,
     engine.wait_for(generated_is(generated(before) + answered), f"{answered} canary tokens")
 
 
+# Readiness drains after half the liveness window.
+DRAIN = WINDOW / 2
+
+
+def both_probes(engine: Engine, state: Path) -> tuple[Probe, Probe]:
+    """Liveness and readiness (--drain-after DRAIN) on one state file, as a pod runs them."""
+    options = ["--timeout", f"{PROBE_TIMEOUT:g}"]
+    liveness = Probe(engine.metrics_url, state, WINDOW, timeout=30, extra=options)
+    drain = [*options, "--ready", "--drain-after", f"{DRAIN:g}"]
+    return liveness, Probe(engine.metrics_url, state, WINDOW, timeout=30, extra=drain)
+
+
 def test_readiness_drains_a_stopped_engine_core_before_liveness_restarts_it(engine: Engine, tmp_path: Path) -> None:
     """Readiness (--drain-after half the window) and liveness on one state file, the engine core stopped
     mid-generation: not ready after the drain window while liveness is still suspect, stalled after its own;
@@ -515,12 +527,8 @@ def test_readiness_drains_a_stopped_engine_core_before_liveness_restarts_it(engi
     generation = engine.generate(workers=2)
     generation.wait_first_token(ENGINE_TIMEOUT)
     state = tmp_path / "probe.state"
-    options = ["--timeout", f"{PROBE_TIMEOUT:g}"]
-    drain = WINDOW / 2
-    liveness = Probe(engine.metrics_url, state, WINDOW, timeout=30, extra=options)
-    readiness = Probe(
-        engine.metrics_url, state, WINDOW, timeout=30, extra=[*options, "--ready", "--drain-after", f"{drain:g}"]
-    )
+    liveness, readiness = both_probes(engine, state)
+    drain = DRAIN
     run = judge(liveness)
     assert run.verdict == "baseline", run
     engine.wait_moved(seen_by(run))
@@ -555,19 +563,15 @@ def test_readiness_drains_a_stopped_engine_core_before_liveness_restarts_it(engi
 def test_requests_waiting_for_capacity_with_nothing_running_are_stalled_after_the_window(
     engine: Engine, tmp_path: Path
 ) -> None:
-    """Issue 17's wedge as it happens: the KV-cache manager stops admitting (the test patch: a leaked KV cache
+    """The admission wedge as it happens: the KV-cache manager stops admitting (the test patch: a leaked KV cache
     does the same), the request that ran finishes, three new ones wait for capacity behind nothing. Counters and
     KV-cache usage frozen, /health 200, the engine core stepping. With the default flags: suspect, stalled after
     the window, not ready after the drain window; and once the KV cache admits them again, progress."""
     first = engine.generate(workers=1)
     first.wait_first_token(ENGINE_TIMEOUT)
     state = tmp_path / "probe.state"
-    options = ["--timeout", f"{PROBE_TIMEOUT:g}"]
-    drain = WINDOW / 2
-    liveness = Probe(engine.metrics_url, state, WINDOW, timeout=30, extra=options)
-    readiness = Probe(
-        engine.metrics_url, state, WINDOW, timeout=30, extra=[*options, "--ready", "--drain-after", f"{drain:g}"]
-    )
+    liveness, readiness = both_probes(engine, state)
+    drain = DRAIN
     run = judge(liveness)
     assert run.verdict == "baseline", run
     engine.wait_moved(seen_by(run))

@@ -9,7 +9,7 @@ for any request that holds no KV blocks yet. Removing the file lets admission re
 Why it is shaped so:
 - The scheduler asks `allocate_slots` before it admits a waiting request; None makes it stop its scan of the
   waiting queue there (`break`), leaving the request waiting as "capacity", neither running nor "deferred".
-  That is how a leaked KV cache wedges vLLM (issue 17): new requests wait forever while the engine core keeps
+  That is how a leaked KV cache wedges vLLM: new requests wait forever while the engine core keeps
   stepping and its page stays fresh and frozen. Refusing at the manager, not in the scheduler, leaves every
   other path of the scheduler as vLLM wrote it.
 - Only requests without blocks are refused: running requests ask for slots on every step as they grow, and

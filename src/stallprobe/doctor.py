@@ -18,7 +18,7 @@ from . import __version__
 from .console import emit, tell
 from .detector import Verdict, assess_engines, readiness
 from .engines import DIALECTS, choose, precision_note
-from .errors import ExitCode, MetricsError, OutputError, ScrapeError, ScrapeTimeout, exit_lines
+from .errors import ExitCode, MetricsError, OutputError, ScrapeError, ScrapeTimeout
 from .exposition import has_samples, is_declared
 from .observe import kubelet_timeout, observe, origin
 from .options import (
@@ -31,7 +31,7 @@ from .options import (
     LookSettings,
     api_key,
     given_flags,
-    help_lines,
+    help_page,
     key_source,
     parse,
 )
@@ -70,19 +70,8 @@ _FASTAPI_FAMILIES = ("http_requests_total", "http_request_duration_highr_seconds
 
 
 def help_text() -> str:
-    lines = [
-        USAGE,
-        "",
-        DESCRIPTION,
-        "",
-        "options (each flag also reads the probe's environment variable; the flag wins):",
-        *help_lines(DOCTOR),
-        f"  {'--version':27} {'':29} print the version and exit",
-        "",
-        "exit codes:",
-        *exit_lines("doctor"),
-    ]
-    return "\n".join(lines)
+    title = "each flag also reads the probe's environment variable; the flag wins"
+    return help_page("doctor", f"{USAGE}\n\n{DESCRIPTION}", DOCTOR, environment=True, title=title)
 
 
 class DoctorConfig(LookSettings):

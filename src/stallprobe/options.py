@@ -768,4 +768,26 @@ def help_lines(options: Sequence[Option], *, environment: bool = True) -> list[s
         lines.append(f"  {left:27} {env}{option.help} (default {shown})")
     pad = " " * 30 if environment else ""
     lines.append(f"  {'-h, --help':27} {pad}show this help and exit")
+    lines.append(f"  {'--version':27} {pad}print the version and exit")
     return lines
+
+
+def help_page(
+    command: str,
+    head: str,
+    options: Sequence[Option],
+    *,
+    environment: bool,
+    title: str = "",
+    arguments: Sequence[str] = (),
+) -> str:
+    """A command's --help: its usage and description (`head`), its arguments, its options (with their
+    environment variables when it reads them) and its exit codes, from the one table."""
+    from .errors import exit_lines
+
+    lines = [head, ""]
+    if arguments:
+        lines += ["arguments:", *arguments, ""]
+    lines += [f"options ({title}):" if title else "options:", *help_lines(options, environment=environment)]
+    lines += ["", "exit codes:", *exit_lines(command)]
+    return "\n".join(lines)

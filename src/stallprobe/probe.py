@@ -12,8 +12,8 @@ import time
 from . import __version__
 from .console import emit, show, tell
 from .detector import Verdict, assess_engines, readiness
-from .errors import ExitCode, exit_lines
-from .options import PROBE, LookSettings, api_key, help_lines, parse
+from .errors import ExitCode
+from .options import PROBE, LookSettings, api_key, help_page, parse
 from .report import describe, json_fields
 
 TYPE_CHECKING = False
@@ -33,22 +33,14 @@ usage: stallprobe [--url URL] [--window S] [--timeout S] [--engine NAME] [--read
 
 
 def help_text() -> str:
-    lines = [
-        USAGE,
-        "",
-        "Exec liveness probe for LLM inference engines (vLLM, SGLang, llama.cpp): fails only when an",
-        "engine is busy (requests running, or waiting for capacity while nothing runs) and none of its",
-        "progress signals moved for the window. With --ready, a readiness probe: not ready once busy with",
-        "no progress for --drain-after, or paused, or its health route fails.",
-        "",
-        "options (each flag also reads its environment variable; the flag wins):",
-        *help_lines(PROBE),
-        f"  {'--version':27} {'':29} print the version and exit",
-        "",
-        "exit codes:",
-        *exit_lines("probe"),
-    ]
-    return "\n".join(lines)
+    description = (
+        "Exec liveness probe for LLM inference engines (vLLM, SGLang, llama.cpp): fails only when an\n"
+        "engine is busy (requests running, or waiting for capacity while nothing runs) and none of its\n"
+        "progress signals moved for the window. With --ready, a readiness probe: not ready once busy with\n"
+        "no progress for --drain-after, or paused, or its health route fails."
+    )
+    title = "each flag also reads its environment variable; the flag wins"
+    return help_page("probe", f"{USAGE}\n\n{description}", PROBE, environment=True, title=title)
 
 
 class Config(LookSettings):

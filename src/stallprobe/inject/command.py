@@ -20,8 +20,8 @@ import sys
 
 from .. import __version__
 from ..console import silence, tell
-from ..errors import ExitCode, InjectError, OutputError, exit_lines
-from ..options import INJECT, PASSED_ON, EngineSettings, given_flags, help_lines, parse
+from ..errors import ExitCode, InjectError, OutputError
+from ..options import INJECT, PASSED_ON, EngineSettings, given_flags, help_page, parse
 from .core import Options, configmap, container_fields, inject
 from .decide import Decision
 from .manifests import MAX_BYTES, Manifests, decode, dump_yaml, read_documents, write_documents
@@ -49,17 +49,7 @@ ResourceList on stdin). The engine flags are the probe's, written into the probe
 
 
 def help_text() -> str:
-    return "\n".join(
-        [
-            DESCRIPTION,
-            "",
-            "options:",
-            *help_lines(INJECT, environment=False),
-            "",
-            "exit codes:",
-            *exit_lines("inject"),
-        ]
-    )
+    return help_page("inject", DESCRIPTION, INJECT, environment=False)
 
 
 class InjectConfig(EngineSettings):

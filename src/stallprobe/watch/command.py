@@ -16,8 +16,8 @@ import threading
 import time
 
 from ..console import show, silence, tell
-from ..errors import ExitCode, UsageError, exit_lines
-from ..options import WATCH, api_key, help_lines, parse, url
+from ..errors import ExitCode, UsageError
+from ..options import WATCH, api_key, help_page, parse, url
 from .hooks import HOOK_FLAGS
 from .poll import Watch, WatchConfig
 from .view import Output, once_code
@@ -65,22 +65,10 @@ its output discarded but for the last line of a failure, and is killed after --h
 
 
 def help_text() -> str:
-    lines = [
-        USAGE,
-        "",
-        DESCRIPTION,
-        "",
-        "arguments:",
-        f"  {'URL [URL ...]':27} an engine's Prometheus page (plain http://), one or more",
-        "",
-        "options (watch reads no environment variables):",
-        *help_lines(WATCH, environment=False),
-        f"  {'--version':27} print the version and exit",
-        "",
-        "exit codes:",
-        *exit_lines("watch"),
-    ]
-    return "\n".join(lines)
+    arguments = [f"  {'URL [URL ...]':27} an engine's Prometheus page (plain http://), one or more"]
+    title = "watch reads no environment variables"
+    head = f"{USAGE}\n\n{DESCRIPTION}"
+    return help_page("watch", head, WATCH, environment=False, title=title, arguments=arguments)
 
 
 def configure(argv: Sequence[str], environ: Mapping[str, str]) -> WatchConfig | str:
