@@ -32,7 +32,7 @@ from stallprobe.cli import main
 from stallprobe.errors import EXIT_TABLE, ExitCode, exit_lines
 from stallprobe.inject.command import help_text
 from stallprobe.inject.manifests import MAX_BYTES, MAX_DEPTH, MAX_NODES
-from stallprobe.options import INJECT, PROBE, WATCH
+from stallprobe.options import DOCTOR, INJECT, PROBE, WATCH
 
 MANIFESTS = REPO / "tests" / "fixtures" / "manifests"
 REAL = sorted(MANIFESTS.glob("*.yaml"))
@@ -344,7 +344,24 @@ WATCH_ROW = Command(
     errors_to="out",
     stalled=("http://",),
 )
-COMMANDS = [INJECT_ROW, PROBE_ROW, WATCH_ROW]
+DOCTOR_FLAGS = [o.flag for o in DOCTOR if o.flag not in ("--url", "--seconds", "--timeout", "--api-key-file")]
+DOCTOR_ROW = Command(
+    "doctor",
+    # 0 fit, 1 stalled now (a report either way), 3 and 4 the engine's own failures: a report too, on
+    # stdout, for the person at the terminal.
+    results=frozenset({ExitCode.OK, ExitCode.STALLED, ExitCode.SCRAPE, ExitCode.METRICS}),
+    prefix="error: ",
+    runs=st.tuples(
+        _engine_runs(DOCTOR_FLAGS, url_flag="--url").map(
+            lambda words: [*words, "--seconds", "0.2", "--timeout", "0.3"]
+        ),
+        st.just(b""),
+        st.booleans(),
+    ),
+    errors_to="out",
+    stalled=("stallprobe doctor:", "engine:"),
+)
+COMMANDS = [INJECT_ROW, PROBE_ROW, WATCH_ROW, DOCTOR_ROW]
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=[command.name for command in COMMANDS])

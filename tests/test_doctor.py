@@ -556,7 +556,7 @@ def test_a_closed_stdout_is_exit_7_without_a_traceback(serve: Callable[..., Stub
     finally:
         os.close(write)
     assert result.returncode == ExitCode.OUTPUT
-    assert result.stderr == "stallprobe doctor: stdout was closed before the report was whole\n"
+    assert result.stderr == "error: stdout was closed before the report was whole\n"
 
 
 def test_head_1_gets_the_first_line_and_the_doctor_exits_7(serve: Callable[..., StubEngine]) -> None:

@@ -87,8 +87,10 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         return probe_main(args, env)
     except StallprobeError as exc:
         message = " ".join(str(exc).splitlines())  # one line, whatever the input it quotes holds
-        if command == "inject" or isinstance(exc, OutputError):  # stdout: the manifests, or gone
-            tell(f"stallprobe {command}: {message}")
+        if command == "inject":  # its stdout is the manifests: errors go to stderr
+            tell(f"stallprobe inject: {message}")
+        elif isinstance(exc, OutputError):  # stdout is gone: stderr may still be read
+            tell(f"error: {message}")
         else:
             line = f"error: {message}"
             if _wants_json(command, args, env):
