@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from .engines import Dialect
     from .options import LookSettings
 
-__all__ = ["Observation", "budget", "health", "kubelet_timeout", "observe", "origin", "silent"]
+__all__ = ["Observation", "budget", "health", "kubelet_timeout", "observe", "origin", "silent", "worst_case"]
 
 
 class Observation:
@@ -131,23 +131,26 @@ def health(url: str, settings: LookSettings) -> str:
     return "" if 200 <= answer.code < 300 or answer.code == 404 else status_error(f"health {url}", answer)
 
 
-def budget(settings: LookSettings, *, readiness: bool = False) -> float:
-    """The longest one look can take: each exchange it may make has its own deadline (the page, the idle
-    engine's questions, /is_paused, the health route). Only a look whose page answered asks more."""
+def worst_case(timeout: float, asks: int = 0) -> float:
+    """The longest one look can take, with --timeout `timeout` and `asks` exchanges beyond the page (the
+    idle engine's load, the canary, the health route): each has its own deadline, and so has the one
+    question an engine that looks stuck is asked (vLLM's /is_paused, or SGLang's /v1/loads)."""
     from .api import PAUSE_QUERY_TIMEOUT
 
-    asks = (settings.server_load, settings.canary, readiness)  # the canary: both its exchanges in one
-    return settings.timeout * (1 + sum(asks)) + 2 * PAUSE_QUERY_TIMEOUT  # /is_paused, or /v1/loads
+    return timeout * (1 + asks) + PAUSE_QUERY_TIMEOUT
+
+
+def budget(settings: LookSettings, *, readiness: bool = False) -> float:
+    """The longest one look of `settings` can take (worst_case): the canary's two exchanges share one
+    deadline. Only a look whose page answered asks more."""
+    return worst_case(settings.timeout, settings.server_load + settings.canary + readiness)
 
 
 def kubelet_timeout(timeout: float, asks: int = 0) -> int:
     """The timeoutSeconds to give the kubelet for one run of the probe with --timeout `timeout` and `asks`
     exchanges beyond the page (--canary, --server-load, and --ready's health route): above the run's own
-    worst case (the scrape, the question whether the engine is paused, and one exchange more for each
-    ask), with room for the interpreter's start on a starved CPU. A run the kubelet kills at its timeout
-    counts as a failure, so the probe must end first."""
+    worst case, with room for the interpreter's start on a starved CPU. A run the kubelet kills at its
+    timeout counts as a failure, so the probe must end first."""
     import math
 
-    from .api import PAUSE_QUERY_TIMEOUT
-
-    return math.ceil(timeout * (1 + asks) + PAUSE_QUERY_TIMEOUT) + 2
+    return math.ceil(worst_case(timeout, asks)) + 2
