@@ -34,7 +34,7 @@ if TYPE_CHECKING:
         server_load: bool  # --server-load
 
 
-__all__ = ["ask_idle", "ask_live", "ask_paused", "canary", "in_flight", "is_paused"]
+__all__ = ["MAX_JSON", "ask_idle", "ask_live", "ask_paused", "canary", "in_flight", "is_paused"]
 
 # vLLM answers /is_paused through its engine core, between two steps: within milliseconds when it is
 # paused (the core is idle) or healthy; a wedged core never answers. A second is far above the first and
@@ -42,7 +42,7 @@ __all__ = ["ask_idle", "ask_live", "ask_paused", "canary", "in_flight", "is_paus
 PAUSE_QUERY_TIMEOUT = 1.0
 # The canary's prompt and its single token: the least work that goes through the whole engine.
 _CANARY_PROMPT = "Hi"
-_MAX_JSON = 1024 * 1024  # a model list or a one-token completion is a few KB
+MAX_JSON = 1024 * 1024  # a model list, a one-token completion or a route's answer is a few KB
 
 
 def _json(answer: Answer, where: str) -> object:
@@ -54,16 +54,20 @@ def _json(answer: Answer, where: str) -> object:
         raise MetricsError(f"{where}: the answer is not JSON") from None
 
 
+def _asked(url: str, key: str, timeout: float) -> object:
+    """The JSON a route answers with a 200 within `timeout`; None for any other answer, for none, and for
+    a route the engine does not serve: a question that goes unanswered changes nothing."""
+    try:
+        answer = exchange(url, timeout, key=key, max_bytes=MAX_JSON, what="ask")
+        return _json(answer, f"ask {url}") if answer.code == 200 else None
+    except (ScrapeError, MetricsError):
+        return None
+
+
 def is_paused(base: str, route: str, key: str, timeout: float = PAUSE_QUERY_TIMEOUT) -> bool:
     """Whether the engine says its operator paused it (vLLM: `{"is_paused": true}`). False for any other
     answer, for none within the deadline, and for a route the engine does not serve."""
-    try:
-        answer = exchange(base + route, timeout, key=key, max_bytes=_MAX_JSON, what="ask")
-        if answer.code != 200:
-            return False
-        data = _json(answer, f"ask {base}{route}")
-    except (ScrapeError, MetricsError):
-        return False
+    data = _asked(base + route, key, timeout)
     return isinstance(data, dict) and data.get("is_paused") is True
 
 
@@ -87,6 +91,7 @@ _PEER_QUEUES = (
 
 
 def _count(data: object, key: str) -> float | None:
+    """The finite number >= 0 at `key` of a JSON object; None when there is none."""
     value = data.get(key) if isinstance(data, dict) else None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
         return None
@@ -100,11 +105,7 @@ def ask_live(samples: Mapping[str, Sample], base: str, route: str, key: str) -> 
     fully idle, and so shows a stale batch while requests wait on something. Waiting requests are owed
     unless they wait on a peer (a disaggregated engine's bootstrap, prealloc, transfer queues). None when
     the route gives no usable answer within its deadline (the page stands)."""
-    try:
-        answer = exchange(base + route, PAUSE_QUERY_TIMEOUT, key=key, max_bytes=_MAX_JSON, what="ask")
-        data = _json(answer, f"ask {base}{route}") if answer.code == 200 else None
-    except (ScrapeError, MetricsError):
-        return None
+    data = _asked(base + route, key, PAUSE_QUERY_TIMEOUT)
     loads = data.get("loads") if isinstance(data, dict) else None
     if not isinstance(loads, list) or not loads:
         return None
@@ -132,15 +133,7 @@ def ask_live(samples: Mapping[str, Sample], base: str, route: str, key: str) -> 
 def in_flight(base: str, route: str, key: str, timeout: float) -> float:
     """How many HTTP requests the server is serving (vLLM's /load, `{"server_load": N}`, counted only
     with --enable-server-load-tracking); 0 when it does not say."""
-    try:
-        answer = exchange(base + route, timeout, key=key, max_bytes=_MAX_JSON, what="ask")
-        data = _json(answer, f"ask {base}{route}") if answer.code == 200 else None
-    except (ScrapeError, MetricsError):
-        return 0.0
-    value = data.get("server_load") if isinstance(data, dict) else None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
-        return 0.0
-    return float(value)
+    return _count(_asked(base + route, key, timeout), "server_load") or 0.0
 
 
 def canary(base: str, key: str, timeout: float) -> float | None:
@@ -153,7 +146,7 @@ def canary(base: str, key: str, timeout: float) -> float | None:
     started = time.monotonic()
     where = f"canary {base}/v1/models"
     try:
-        answer = exchange(f"{base}/v1/models", timeout, key=key, max_bytes=_MAX_JSON, what="canary")
+        answer = exchange(f"{base}/v1/models", timeout, key=key, max_bytes=MAX_JSON, what="canary")
         if answer.code != 200:
             raise ScrapeError(status_error(where, answer))
         data = _json(answer, where)
@@ -169,7 +162,7 @@ def canary(base: str, key: str, timeout: float) -> float | None:
         if left <= 0:
             return None
         answer = exchange(
-            f"{base}/v1/completions", left, method="POST", body=body, key=key, max_bytes=_MAX_JSON, what="canary"
+            f"{base}/v1/completions", left, method="POST", body=body, key=key, max_bytes=MAX_JSON, what="canary"
         )
         if answer.code != 200:
             raise ScrapeError(status_error(where, answer))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 
 from . import __version__
+from .api import MAX_JSON
 from .console import emit, tell
 from .detector import Verdict, assess_engines, readiness
 from .engines import DIALECTS, choose, precision_note
@@ -63,8 +64,6 @@ POD_PROGRAM = "from stallprobe.cli import run; run()"
 # Each topic's label, then its text wrapped to the width (but a command, which is never broken).
 LABEL_WIDTH = 12
 WIDTH = 104
-# A route's JSON answer (/is_paused, /load, /v1/loads) is a few hundred bytes.
-_MAX_JSON = 1024 * 1024
 # The families vLLM's API server publishes through its FastAPI instrumentation, with or without its own.
 _FASTAPI_FAMILIES = ("http_requests_total", "http_request_duration_highr_seconds")
 
@@ -137,7 +136,7 @@ def _ask(url: str, config: DoctorConfig, timeout: float) -> _Asked:
     """Ask one of the engine's routes; `why` says what it did, after the route's name ("answers HTTP 404
     Not Found", "gives no answer within 1 s")."""
     try:
-        answer = exchange(url, timeout, key=config.key, max_bytes=_MAX_JSON, what="ask")
+        answer = exchange(url, timeout, key=config.key, max_bytes=MAX_JSON, what="ask")
     except ScrapeTimeout:
         return _Asked(None, None, f"gives no answer within {num(timeout)} s")
     except ScrapeError as exc:
