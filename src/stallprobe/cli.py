@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from .console import emit, tell
+from .console import emit, end, tell
 from .errors import OutputError, StallprobeError, UsageError
 
 TYPE_CHECKING = False
@@ -113,24 +113,10 @@ def run() -> None:
     code = main()
     if sys.argv[1:2] and sys.argv[1] in TOOLS:
         sys.exit(code)
-    _end(code)
-
-
-def _end(code: int) -> None:
-    """End the probe's process at once, without the interpreter's finalization: collecting and freeing
-    every object the run made is ~5% of its CPU, paid every few seconds in every pod, and nothing is left
-    to do (the state file is written and closed; stdout and stderr are flushed here)."""
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            if stream is not None:
-                stream.flush()
-        except (OSError, ValueError):
-            pass  # a reader that went away: the exit code is the answer
-    try:
-        import posix as system  # os._exit, without loading os
-    except ImportError:  # not a POSIX system
-        import os as system  # type: ignore[no-redef]
-    system._exit(code)
+    # The probe's process ends at once: its interpreter's finalization, collecting and freeing every
+    # object the run made, is ~5% of its CPU, paid every few seconds in every pod, and nothing is left to
+    # do (the state file is written and closed).
+    end(code)
 
 
 console_main = run  # the `stallprobe` script's entry point

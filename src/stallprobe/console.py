@@ -13,7 +13,12 @@ import sys
 
 from .errors import ExitCode
 
-__all__ = ["emit", "show", "silence", "tell"]
+try:
+    import posix as _system  # the system calls, without loading os (the probe's path avoids it)
+except ImportError:  # not a POSIX system
+    import os as _system  # type: ignore[no-redef]
+
+__all__ = ["emit", "end", "show", "silence", "tell"]
 
 
 def emit(text: str) -> bool:
@@ -52,13 +57,21 @@ def silence() -> None:
     """Point stdout's descriptor at /dev/null, so that the interpreter's last flush of what is still
     buffered succeeds (a failed one ends the process with status 120)."""
     try:
-        import posix as system  # the system calls, without loading os (the probe's path avoids it)
-    except ImportError:  # not a POSIX system
-        import os as system  # type: ignore[no-redef]
-    try:
         fd = sys.stdout.fileno()  # a stream with no descriptor of its own (a test's) is left alone
-        null = system.open("/dev/null", system.O_WRONLY)
-        system.dup2(null, fd)
-        system.close(null)
+        null = _system.open("/dev/null", _system.O_WRONLY)
+        _system.dup2(null, fd)
+        _system.close(null)
     except (OSError, ValueError, AttributeError):
         pass
+
+
+def end(code: int) -> None:
+    """End the process at once with `code`, without the interpreter's finalization (collecting and
+    freeing every object the run made): stdout and stderr are flushed first, and nothing else is left."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):
+            pass  # a reader that went away: the exit code is the answer
+    _system._exit(code)

@@ -256,6 +256,12 @@ class Option:
         return self._env_shown or self.shown
 
     @property
+    def usage(self) -> str:
+        """The flag as --help and the docs write it: `-f, --filename FILE`, `--include-waiting[=WHEN]`."""
+        flag = f"{self.short}, {self.flag}" if self.short else self.flag
+        return f"{flag}[=WHEN]" if self.bare else f"{flag} {self.metavar}".strip()
+
+    @property
     def is_switch(self) -> bool:
         return not self.metavar and not self.bare
 
@@ -761,8 +767,7 @@ def help_lines(options: Sequence[Option], *, environment: bool = True) -> list[s
     """One line per option for --help: flag and metavar, the environment variable, meaning and default."""
     lines = []
     for option in options:
-        flag = f"{option.short}, {option.flag}" if option.short else option.flag
-        left = f"{flag}[=WHEN]" if option.bare else f"{flag} {option.metavar}".strip()
+        left = option.usage
         env = f"{option.env:29} " if environment else ""
         shown = option.env_shown if environment else option.shown
         lines.append(f"  {left:27} {env}{option.help} (default {shown})")
