@@ -11,10 +11,10 @@ import time
 
 from . import __version__
 from .console import emit, show, tell
-from .detector import Verdict, assess_engines, readiness
+from .detector import assess_engines, readiness
 from .errors import ExitCode
 from .options import PROBE, LookSettings, api_key, help_page, parse
-from .report import describe, json_fields
+from .report import describe, json_fields, precision, ready_line, verdict_code
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -161,15 +161,20 @@ def _report(
     as judged for routing, under the drain window.
     """
     window = config.window
-    code = ExitCode.STALLED if result.verdict is Verdict.STALLED else ExitCode.OK
     if config.ready:
         ready, result = readiness(result, config.drain_after, healthy=not seen.health)
         window = config.drain_after
         code = ExitCode.OK if ready else ExitCode.STALLED
-    line = describe(result, previous, why, window, _precision(seen, result), silence=seen.silence, note=seen.note)
-    if config.ready:
-        stuck = result.verdict is Verdict.STALLED or result.verdict is Verdict.PAUSED
-        line = f"ready: {line}" if code == ExitCode.OK else f"not ready: {line if stuck else seen.health}"
+        line = ready_line(
+            result, previous, why, window, seen.dialect,
+            ready=ready, health=seen.health, silence=seen.silence, note=seen.note,
+        )  # fmt: skip
+    else:
+        code = verdict_code(result.verdict)
+        worst = result.engines[result.worst]
+        line = describe(
+            result, previous, why, window, precision(seen.dialect, worst), silence=seen.silence, note=seen.note
+        )
     if config.json:
         import json  # only on this path: json pulls in re, which the plain line does not need
 
@@ -180,14 +185,6 @@ def _report(
         line = json.dumps(fields, sort_keys=True)
     _print(line)
     return code
-
-
-def _precision(seen: Observation, result: EnginesAssessment) -> str:
-    if seen.dialect is None or result.verdict not in (Verdict.SUSPECT, Verdict.STALLED):
-        return ""
-    from .engines import precision_note
-
-    return precision_note(seen.dialect, result.engines[result.worst].state.last)
 
 
 def main(argv: Sequence[str], environ: Mapping[str, str]) -> int:
