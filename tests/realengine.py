@@ -663,12 +663,12 @@ LAUNCHER = """\
 import os, sys
 import xllamacpp
 
-model, ready, n_ctx = sys.argv[1], sys.argv[2], int(sys.argv[3])
+model, ready, n_ctx, metrics = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1"
 params = xllamacpp.CommonParams()
 params.model.path = model
 params.hostnames = ["127.0.0.1"]
 params.port = 0
-params.endpoint_metrics = True
+params.endpoint_metrics = metrics
 params.n_parallel = 1
 params.n_ctx = n_ctx
 params.cpuparams.n_threads = 1
@@ -699,22 +699,25 @@ def model_path() -> Path:
     return path
 
 
-def server_command(ready_file: Path, n_ctx: int = N_CTX) -> list[str]:
-    """The command that runs llama.cpp's server from xllamacpp in a child interpreter."""
+def server_command(ready_file: Path, n_ctx: int = N_CTX, *, metrics: bool = True) -> list[str]:
+    """The command that runs llama.cpp's server from xllamacpp in a child interpreter (`metrics`: its
+    --metrics, without which /metrics answers 501)."""
     _package_dir("xllamacpp")
-    return [sys.executable, "-c", LAUNCHER, str(model_path()), str(ready_file), str(n_ctx)]
+    return [sys.executable, "-c", LAUNCHER, str(model_path()), str(ready_file), str(n_ctx), "1" if metrics else "0"]
 
 
 class LlamaCppServer:
-    """llama.cpp's server in a child process, on 127.0.0.1, with /metrics on; a context manager.
+    """llama.cpp's server in a child process, on 127.0.0.1, with /metrics on (unless `metrics` is False); a
+    context manager.
 
     `with LlamaCppServer() as engine:` starts it and waits (bounded) for /health to answer 200; at exit
     every thread it froze is thawed, every generation closed, and the process ended (stdin EOF, then
     SIGTERM, then SIGKILL, each wait bounded).
     """
 
-    def __init__(self, n_ctx: int = N_CTX, startup_timeout: float = 60.0) -> None:
+    def __init__(self, n_ctx: int = N_CTX, startup_timeout: float = 60.0, *, metrics: bool = True) -> None:
         self.n_ctx = n_ctx
+        self.metrics = metrics
         self.startup_timeout = startup_timeout
         self.url = ""
         self.port = 0
@@ -744,7 +747,9 @@ class LlamaCppServer:
 
     def start(self) -> LlamaCppServer:
         ready = Path(self._tmp.name) / "address"
-        server = self._server = ServerProcess(server_command(ready, self.n_ctx), self.log_path, stdin_cue=True)
+        server = self._server = ServerProcess(
+            server_command(ready, self.n_ctx, metrics=self.metrics), self.log_path, stdin_cue=True
+        )
         try:
             while not ready.exists():
                 server.check_running("it listened")

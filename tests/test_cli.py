@@ -180,14 +180,14 @@ def test_connection_refused_is_a_scrape_failure(state_file: str) -> None:
 @pytest.mark.parametrize(("status", "words"), [(500, "HTTP 500"), (404, "HTTP 404"), (401, "HTTP 401")])
 def test_non_2xx_is_a_scrape_failure(engine: StubEngine, state_file: str, status: int, words: str) -> None:
     engine.route("/metrics", engine.metrics_page, status)
-    result = probe("--url", engine.url, "--state-file", state_file)
+    result = probe("--url", engine.url, "--state-file", state_file, "--strict")
     assert result.returncode == ExitCode.SCRAPE
     assert words in one_line(result)
 
 
 def test_redirect_is_not_followed(engine: StubEngine, state_file: str) -> None:
     engine.route("/metrics", b"", 302, headers={"Location": "http://example.invalid/metrics"})
-    result = probe("--url", engine.url, "--state-file", state_file)
+    result = probe("--url", engine.url, "--state-file", state_file, "--strict")
     assert result.returncode == ExitCode.SCRAPE
     assert "HTTP 302" in one_line(result)
     assert "not followed" in one_line(result)
@@ -276,7 +276,7 @@ def test_misbehaving_server_is_a_scrape_failure_within_the_deadline(
 )
 def test_not_a_metrics_page(engine: StubEngine, state_file: str, page: bytes, words: str) -> None:
     engine.route("/metrics", page)
-    result = probe("--url", engine.url, "--state-file", state_file)
+    result = probe("--url", engine.url, "--state-file", state_file, "--strict")
     assert result.returncode == ExitCode.METRICS
     assert words in one_line(result)
 
@@ -295,7 +295,7 @@ def test_corrupt_state_restarts_the_baseline_and_is_rewritten(engine: StubEngine
 
 def test_unwritable_state_file_is_exit_5(engine: StubEngine, tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
-    result = probe("--url", engine.url, "--state-file", str(tmp_path / "file" / "probe.state"))
+    result = probe("--url", engine.url, "--state-file", str(tmp_path / "file" / "probe.state"), "--strict")
     assert result.returncode == ExitCode.STATE
     assert one_line(result).endswith("mount an emptyDir at /tmp or point --state-file elsewhere")
 
@@ -611,14 +611,14 @@ def test_llamacpp_stall_line_says_when_rounding_can_hide_progress(engine: StubEn
 
 def test_engine_flag_on_the_wrong_page_is_exit_4(engine: StubEngine, state_file: str) -> None:
     engine.route("/metrics", llamacpp_page(1, 1, 1, 1))
-    result = probe("--url", engine.url, "--state-file", state_file, "--engine", "vllm")
+    result = probe("--url", engine.url, "--state-file", state_file, "--engine", "vllm", "--strict")
     assert result.returncode == ExitCode.METRICS
     assert one_line(result).startswith("error: not a vllm metrics page: none of vllm:num_requests_running")
 
 
 def test_ambiguous_page_is_exit_4(engine: StubEngine, state_file: str) -> None:
     engine.route("/metrics", vllm_page(1, 2, 3) + llamacpp_page(1, 1, 1, 1))
-    result = probe("--url", engine.url, "--state-file", state_file)
+    result = probe("--url", engine.url, "--state-file", state_file, "--strict")
     assert result.returncode == ExitCode.METRICS
     assert one_line(result) == "error: the page fits vllm and llamacpp: pass --engine to choose"
 

@@ -119,16 +119,20 @@ def _would_be_stuck(
     return verdict is Verdict.SUSPECT or verdict is Verdict.STALLED
 
 
-def health(url: str, settings: LookSettings) -> str:
-    """Why the engine's health route says it does not serve: "" when it answers 2xx, or 404 (a server
-    without that route has nothing to say about serving; the engines' own servers all have one)."""
+def health(url: str, settings: LookSettings, *, missing_ok: bool = True) -> str:
+    """Why the engine's health route says it does not serve: "" when it answers 2xx, or 404 with
+    `missing_ok` (beside a page that was judged, a server without that route has nothing to say about
+    serving; the engines' own servers all have one). Without `missing_ok` (the route alone decides, as
+    an httpGet probe of it would), a 404 is a failure too."""
     from .scrape import exchange, status_error
 
     try:
         answer = exchange(url, settings.timeout, key=settings.key, what="health")
     except ScrapeError as exc:
         return str(exc)
-    return "" if 200 <= answer.code < 300 or answer.code == 404 else status_error(f"health {url}", answer)
+    if 200 <= answer.code < 300 or (answer.code == 404 and missing_ok):
+        return ""
+    return status_error(f"health {url}", answer)
 
 
 def worst_case(timeout: float, asks: int = 0) -> float:

@@ -372,12 +372,29 @@ ENGINE_LABEL = Option(
     shown=_EACH_ENGINE,
 )
 JSON = Option("--json", "", switch, False, "print JSON objects instead of lines", env="STALLPROBE_JSON")
+STRICT = Option(
+    "--strict",
+    "",
+    switch,
+    False,
+    "fail (exit 3, 4 or 5) when the engine's page cannot be judged, instead of asking its health route",
+    env="STALLPROBE_STRICT",
+)
+REPORT_ONLY = Option(
+    "--report-only",
+    "",
+    switch,
+    False,
+    "judge, print and keep the state, but always exit 0 (the line says what the exit would have been)",
+    env="STALLPROBE_REPORT_ONLY",
+)
 READY = Option(
     "--ready",
     "",
     switch,
     False,
-    "readiness: exit 0 only when /health answers 2xx and the engine is not stalled under --drain-after",
+    "readiness: exit 0 unless the engine is stalled under --drain-after or the window, paused, or its health"
+    " route fails",
     env="STALLPROBE_READY",
 )
 DRAIN_AFTER = Option(
@@ -516,6 +533,8 @@ PROBE = (
     READY,
     DRAIN_AFTER,
     JSON,
+    STRICT,
+    REPORT_ONLY,
 )
 WATCH = (
     INTERVAL,
@@ -537,7 +556,7 @@ WATCH = (
 # The doctor reads the engine as the probe would, and reads the probe's environment as the probe does.
 DOCTOR = (URL, SECONDS, TIMEOUT, *ENGINE_OPTIONS, API_KEY_FILE)
 # The probe's own flags that inject writes into the probes it adds, when given.
-PASSED_ON = (*ENGINE_OPTIONS, CANARY, CANARY_INTERVAL, SERVER_LOAD, API_KEY_FILE)
+PASSED_ON = (*ENGINE_OPTIONS, CANARY, CANARY_INTERVAL, SERVER_LOAD, API_KEY_FILE, STRICT, REPORT_ONLY)
 INJECT = (
     FILENAME,
     CONTAINER,

@@ -33,7 +33,9 @@ __all__ = [
     "owed",
     "precision",
     "ready_line",
+    "report_only_note",
     "secs",
+    "unjudged_line",
     "verdict_code",
 ]
 
@@ -206,6 +208,16 @@ def ready_line(
         return f"ready: {line}"
     stuck = routing.verdict is Verdict.STALLED or routing.verdict is Verdict.PAUSED
     return f"not ready: {line if stuck or not health else health}"
+
+
+def unjudged_line(why: str, route: str) -> str:
+    """The line of a run that could not judge the engine but found it serving by its health route."""
+    return f"unjudged: {why}; {route} answers 2xx, so the engine serves (the probe cannot judge its progress)"
+
+
+def report_only_note(code: int) -> str:
+    """What --report-only adds to a run that would have failed: the exit it did not take."""
+    return f"report-only: exit 0, not {code}"
 
 
 def note(
