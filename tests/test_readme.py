@@ -91,6 +91,18 @@ def test_demo_prints_lines_of_the_same_format_and_ends_stalled() -> None:
         assert re.fullmatch(LINE_FORMATS[verdict], line), line
         assert int(code) == (1 if verdict == "stalled" else 0)
     assert probe_lines[-1][1].startswith("stalled: ")
+    # Every line the docs quote from the demo is one it prints, figure for figure; only the seconds, which
+    # the machine's speed moves, are left out of the comparison. Both pages quote the one block.
+    (quoted,) = blocks("text")
+    decides = (REPO / "docs" / "how-it-decides.md").read_text(encoding="utf-8")
+    assert f"```text\n{quoted}```" in decides
+
+    def timeless(line: str) -> str:
+        return re.sub(r"(in|for) [\d.]+ s", r"\1 N s", line)
+
+    printed = {timeless(line) for _, line in probe_lines}
+    for line in quoted.splitlines():
+        assert timeless(line) in printed, line
 
 
 def test_first_lines_are_the_two_newcomer_commands() -> None:

@@ -296,7 +296,7 @@ STATE_FILE = Option(
     None,
     "the last sample's file",
     env="STALLPROBE_STATE_FILE",
-    shown="$TMPDIR/stallprobe-<url>.state",
+    shown="$TMPDIR/stallprobe-<host_port_path>-<hash>.state",
 )
 SATURATION = Option(
     "--saturation",
