@@ -20,6 +20,16 @@ from stallprobe.exposition import find_series, is_declared
 from stallprobe.statefile import load, read_boot_id, save
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """This process's environment without any STALLPROBE_* setting (a probe run must not read the test
+    runner's), and with `extra`: the environment every test gives the commands it runs."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("STALLPROBE_")}
+    env.update(extra)
+    return env
+
+
 # Real pages written by real servers, each with where it came from in tests/fixtures/real/SOURCES.md.
 FIXTURES = REPO / "tests" / "fixtures" / "real"
 

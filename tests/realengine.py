@@ -43,6 +43,8 @@ from pathlib import Path
 from types import TracebackType
 from urllib.parse import urlsplit
 
+from conftest import clean_env
+
 HOST = "127.0.0.1"
 
 
@@ -618,7 +620,7 @@ class Probe:
     ) -> None:
         self.command = [python, "-m", "stallprobe", "--url", metrics_url, "--window", f"{window:g}"]
         self.command += ["--state-file", str(state_file), "--json", *extra]
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("STALLPROBE_")}
+        self.env = clean_env()
         self.origin = time.monotonic() if origin is None else origin
         self.timeout = timeout
         self.runs: list[ProbeRun] = []

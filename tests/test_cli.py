@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import RawServer, fixture_page, llamacpp_page, sglang_page, vllm_page
+from conftest import RawServer, clean_env, fixture_page, llamacpp_page, sglang_page, vllm_page
 from stallprobe import Sample, State
 from stallprobe.cli import main
 from stallprobe.errors import EXIT_MEANINGS, EXIT_TABLE, ExitCode, StallprobeError
@@ -38,8 +38,7 @@ StartRaw = Callable[[Behave], RawServer]
 
 def probe(*args: str, env: dict[str, str] | None = None, timeout: float = 30) -> subprocess.CompletedProcess[str]:
     """Run the probe exactly as a kubelet exec probe would, with no STALLPROBE_* from this process."""
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("STALLPROBE_")}
-    clean.update(env or {})
+    clean = clean_env(**(env or {}))
     return subprocess.run(
         [sys.executable, "-m", "stallprobe", *args],
         capture_output=True,

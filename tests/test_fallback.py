@@ -8,7 +8,6 @@ must say and exit with; each row runs the exact command a pod runs against the s
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import fixture_page, rewind
+from conftest import clean_env, fixture_page, rewind
 from stallprobe.errors import ExitCode
 from stubengine import StubEngine
 
@@ -29,8 +28,7 @@ UNJUDGED = r"unjudged: .*; /health answers 2xx, so the engine serves \(the probe
 
 
 def probe(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("STALLPROBE_")}
-    clean.update(env or {})
+    clean = clean_env(**(env or {}))
     return subprocess.run(
         [sys.executable, "-m", "stallprobe", *args], capture_output=True, text=True, env=clean, timeout=60, check=False
     )
