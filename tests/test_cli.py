@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import RawServer, clean_env, fixture_page, llamacpp_page, sglang_page, vllm_page
+from conftest import RawServer, clean_env, fixture_page, llamacpp_page, sglang_page, vllm_engines_page, vllm_page
 from stallprobe import Sample, State
 from stallprobe.cli import main
 from stallprobe.errors import EXIT_MEANINGS, EXIT_TABLE, ExitCode, StallprobeError
@@ -509,14 +509,9 @@ def test_runaway_page_is_cut_off_at_the_cap(raw_server: StartRaw, state_file: st
 
 def dp_page(engines: dict[str, tuple[float, float, float]]) -> bytes:
     """vLLM V1 with data parallelism: (running, prompt, generation) per engine index."""
-    parts = []
-    for name, index in (
-        ("vllm:num_requests_running", 0),
-        ("vllm:prompt_tokens_total", 1),
-        ("vllm:generation_tokens_total", 2),
-    ):
-        parts += [f'{name}{{engine="{e}",model_name="m"}} {v[index]}\n' for e, v in engines.items()]
-    return "".join(parts).encode()
+    return vllm_engines_page(
+        {e: (running, 0, prompt, generation) for e, (running, prompt, generation) in engines.items()}
+    )
 
 
 def test_one_wedged_engine_among_moving_ones_is_named(engine: StubEngine, state_file: str) -> None:
