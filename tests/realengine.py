@@ -1,5 +1,5 @@
 """Real inference engines on loopback, wedged for real: the harness of tests/test_real_engine.py (llama.cpp's
-server, below) and of scripts/real-vllm (vLLM's CPU build, with tests/realvllm.py).
+server, below) and of tests/test_real_vllm.py (vLLM's CPU build, with tests/realvllm.py).
 
 What both need, in one place: a server process that `stop()` ends whatever state it is in, a bounded wait for
 /health, generations kept in flight, the probe's real command run against the server with a state file of

@@ -1,6 +1,7 @@
 """Every flag of every command in one table: its environment variable, how its value is read, its default.
 
-The probe, `watch` and `inject` each take a selection of the table, and one small parser serves all three.
+The probe, `watch`, `inject` and `doctor` each take a selection of the table, and one small parser serves
+them all.
 It is written by hand, not with argparse, because argparse pulls in `re` and gettext, which would be most
 of the probe's own start-up cost, paid every few seconds in every pod. Each value is read and checked as
 it is parsed; an invalid one is a UsageError that names the flag (or the variable) and the value.
