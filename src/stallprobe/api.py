@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 
-from .errors import MetricsError, ScrapeError, ScrapeTimeout
+from .errors import BadAnswer, MetricsError, ScrapeError, ScrapeTimeout
 from .report import secs
 from .scrape import exchange, status_error
 
@@ -213,15 +213,16 @@ def canary(base: str, key: str, timeout: float) -> float | None:
     """Send the canary: the model named by /v1/models, a one-token completion, all within `timeout`.
 
     The seconds it took, or None when it got no complete answer in time (the evidence: requests hang).
-    Any other failure is unambiguous and raised: ScrapeError for a refusal or an HTTP error (a 401 says
-    how to give the key), MetricsError for an answer that is not the API's (HTML, not JSON, no model).
+    Any other failure is unambiguous and raised: ScrapeError for a refusal, BadAnswer for an HTTP error (a
+    401 says how to give the key), MetricsError for an answer that is not the API's (HTML, not JSON, no
+    model). The last two are answers the server gave: the probe then asks the health route.
     """
     started = time.monotonic()
     where = f"canary {base}/v1/models"
     try:
         answer = exchange(f"{base}/v1/models", timeout, key=key, max_bytes=MAX_JSON, what="canary")
         if answer.code != 200:
-            raise ScrapeError(status_error(where, answer))
+            raise BadAnswer(status_error(where, answer))
         data = _json(answer, where)
         models = data.get("data") if isinstance(data, dict) else None
         model = models[0].get("id") if isinstance(models, list) and models and isinstance(models[0], dict) else None
@@ -238,7 +239,7 @@ def canary(base: str, key: str, timeout: float) -> float | None:
             f"{base}/v1/completions", left, method="POST", body=body, key=key, max_bytes=MAX_JSON, what="canary"
         )
         if answer.code != 200:
-            raise ScrapeError(status_error(where, answer))
+            raise BadAnswer(status_error(where, answer))
         data = _json(answer, where)
         if not (isinstance(data, dict) and isinstance(data.get("choices"), list)):
             raise MetricsError(f"{where}: the answer is not a completion")
