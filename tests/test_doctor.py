@@ -978,3 +978,21 @@ def test_seconds_takes_fractions_and_the_key_is_read_as_the_probe_reads_it() -> 
     config = configure(["--seconds", "0.25"], {"VLLM_API_KEY": "sk-x"})
     assert isinstance(config, DoctorConfig)
     assert (config.seconds, config.key, config.key_from) == (0.25, "sk-x", "VLLM_API_KEY")
+
+
+def test_the_output_quoted_in_the_kubernetes_page_is_what_it_prints() -> None:
+    """docs/kubernetes.md quotes a run on a simulated vLLM with a deep queue at port 8002: the same engine
+    on the stub, its port read as 8002, gives the same lines."""
+    text = (REPO / "docs" / "kubernetes.md").read_text()
+    found = re.search(r"```\n\$ stallprobe doctor --url (\S+) --seconds 3\n(.*?)```", text, re.DOTALL)
+    assert found, "docs/kubernetes.md quotes no doctor run"
+    url, quoted = found.groups()
+    with StubEngine(running=12, waiting=99, generation=48210, prompt=91544) as stub:
+        stub.set(generation_step=28, waiting_by_reason={"capacity": 99, "deferred": 0}, kv_cache=0.91)
+        out, err = io.StringIO(), io.StringIO()
+        clock = Clock()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(["--url", stub.url, "--seconds", "3"], {}, clock=clock, sleep=clock.sleep)
+        printed = out.getvalue().replace(stub.url, url).replace(f"port: {stub.port}\n", "port: 8002\n")
+    assert (code, err.getvalue()) == (ExitCode.OK, "")
+    assert printed == quoted
