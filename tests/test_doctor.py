@@ -390,7 +390,10 @@ def test_a_busy_engine_frozen_past_the_window_is_stalled_now(serve: Callable[...
         "restarts it about 20.5 s after its last progress (window 0.5 s + period 10 s x (failureThreshold 3 - 1))"
     )
     assert run.command()[7:9] == ["--window", "0.5"]
-    assert run.err == ""  # --drain-after not given: nothing to warn of
+    assert run.err == (  # its readiness is judged with the default drain window, which the window undercuts
+        "stallprobe doctor: --drain-after 30 s is not shorter than --window 0.5 s: a wedged engine keeps its "
+        "traffic until it is stalled, so the load balancer no longer drains it before the restart\n"
+    )
 
 
 def test_requests_waiting_for_capacity_with_nothing_running_are_judged(serve: Callable[..., StubEngine]) -> None:
@@ -574,7 +577,10 @@ def test_a_page_too_slow_at_the_first_contact_says_so() -> None:
         run = doctor(stub.url, "--timeout", "0.2")
     assert run.code == ExitCode.SCRAPE, run.out
     assert run["engine"].startswith(f"unknown: scrape {stub.url}: no complete answer within 0.2 s. A busy engine")
-    assert "in short" not in run.topics
+    assert run["in short"] == (
+        "no answer within --timeout 0.2 s: the probe would call it suspect, and fail it once nothing has answered "
+        "for the window (120 s)"
+    )
 
 
 def test_include_waiting_always_makes_a_queue_owed_work_and_the_doctor_says_so() -> None:
@@ -633,6 +639,10 @@ def test_drain_after_not_shorter_than_the_window_is_said_once_on_stderr() -> Non
         "until it is stalled, so the load balancer no longer drains it before the restart\n"
     )
     assert quiet.err == ""
+    with StubEngine() as stub:
+        default = doctor(stub.url, "--window", "20", seconds="1")
+    assert default.err.startswith("stallprobe doctor: --drain-after 30 s is not shorter than --window 20 s")
+    assert "readinessProbe" not in default.probes()  # inject writes one only with --drain-after
     assert "readinessProbe" in run.probes()
 
 
@@ -704,6 +714,12 @@ def test_the_printed_probes_are_what_inject_writes_for_the_same_engine(
 
 # --- API keys
 
+# What the doctor says of an engine whose page the probe cannot read: its every run would fail.
+UNREADABLE = (
+    "the probe cannot read this engine: every run would exit {code}, a failed probe to the kubelet, which restarts "
+    "the container after failureThreshold of them: mend what is said above before adopting it"
+)
+
 
 def test_a_page_that_wants_a_key_says_how_to_give_it(serve: Callable[..., StubEngine]) -> None:
     stub = serve({"/metrics": Route(fixture_page("llamacpp-server-11434-local.prom"))}, key="sk-doctor")
@@ -711,6 +727,7 @@ def test_a_page_that_wants_a_key_says_how_to_give_it(serve: Callable[..., StubEn
     assert run.code == ExitCode.SCRAPE, run.out
     assert run["engine"] == f"unknown: {stub.url} answered HTTP 401 Unauthorized"
     assert run["api key"].startswith("needed: the page wants one; give it with --api-key-file PATH")
+    assert run["in short"] == UNREADABLE.format(code=3)
     assert "sk-doctor" not in run.out
     assert stub.count("/metrics") == 1  # it did not go on looking
 
@@ -808,6 +825,7 @@ def test_a_url_that_is_no_engine_page_says_why(
     run = doctor(stub.url)
     assert run.code == code, run.out
     assert said in run["engine"]
+    assert run["in short"] == UNREADABLE.format(code=code)
     assert stub.count("/metrics") == 1
     assert "probes" not in run.topics
 

@@ -18,7 +18,7 @@ from ..stanza import PYZ_DIR
 from .first import first_contact
 from .looks import intervals, look
 from .probes import inject_command, plan, probe_args, probes, yaml_lines
-from .words import summary, topics
+from .words import summary, topics, unreadable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -102,14 +102,15 @@ def run(
     out = _Out()
     count = intervals(config.seconds)
     out.line(f"stallprobe doctor: reading {config.url} for {secs(config.seconds)} s, {count + 1} looks")
-    if "drain_after" in config.given:
-        warning = drain_warning(config.drain_after, config.window)
-        if warning:
-            tell(f"stallprobe doctor: {warning}")
+    warning = drain_warning(config.drain_after, config.window)  # its readiness is judged with both
+    if warning:
+        tell(f"stallprobe doctor: {warning}")
     first = first_contact(config.url, config, config.key_from, clock)
     if first.code != ExitCode.OK or first.seen is None or first.seen.dialect is None:
         for label, text in first.lines:
             out.say(label, text)
+        if first.code in (ExitCode.SCRAPE, ExitCode.METRICS):
+            out.say("in short", unreadable(first.code, config.window, config.timeout, silent=first.silent))
         return first.code
     looks = look(config.url, config, config.seconds, first, clock=clock, sleep=sleep)
     return _report(config, first, first.seen.dialect, looks, out)
@@ -149,6 +150,8 @@ def _report(config: DoctorConfig, first: First, dialect: Dialect, looks: Looks, 
     out.line(f"{'inject:':<{LABEL_WIDTH}}{shlex.join(command)} | kubectl apply -f -")
     if code in (ExitCode.OK, ExitCode.STALLED):
         out.say("in short", summary(config, looks.all[-1], stanza_plan))
+    else:
+        out.say("in short", unreadable(code, config.window, config.timeout))
     return code
 
 

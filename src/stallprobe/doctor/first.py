@@ -49,6 +49,7 @@ class First:
         self.code: int = ExitCode.OK
         self.key_needed = False
         self.engine_needed = False
+        self.silent = False  # the page gave no answer within --timeout
 
     def fail(self, code: int, *lines: tuple[str, str]) -> First:
         self.code = code
@@ -66,6 +67,7 @@ def first_contact(url: str, settings: LookSettings, key_from: str, clock: Callab
     try:
         answer = exchange(url, settings.timeout, key=settings.key)
     except ScrapeTimeout as exc:
+        first.silent = True
         return first.fail(
             ExitCode.SCRAPE,
             (

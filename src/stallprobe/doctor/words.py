@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from .first import First
     from .looks import Look, Looks
 
-__all__ = ["Topics", "summary", "topics"]
+__all__ = ["Topics", "summary", "topics", "unreadable"]
 
 Topics = list[tuple[str, str]]
 
@@ -299,3 +299,17 @@ def summary(config: LookSettings, last: Look, plan: Plan) -> str:
             "and judges it afresh once it resumes"
         )
     return "the probe can read and judge this engine: use the probes above"
+
+
+def unreadable(code: int, window: float, timeout: float, *, silent: bool = False) -> str:
+    """What the probe would do at an engine whose page it cannot read (`code`: the exit code of its runs),
+    or that gave no answer within --timeout (`silent`)."""
+    if silent:
+        return (
+            f"no answer within --timeout {num(timeout)} s: the probe would call it suspect, and fail it once "
+            f"nothing has answered for the window ({num(window)} s)"
+        )
+    return (
+        f"the probe cannot read this engine: every run would exit {code}, a failed probe to the kubelet, which "
+        "restarts the container after failureThreshold of them: mend what is said above before adopting it"
+    )
