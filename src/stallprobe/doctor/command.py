@@ -13,7 +13,7 @@ from .. import __version__
 from ..console import emit, tell
 from ..errors import ExitCode, OutputError
 from ..options import DOCTOR, LookSettings, api_key, help_page, key_source, parse
-from ..report import drain_warning, num, secs, verdict_code
+from ..report import drain_warning, secs, verdict_code
 from ..stanza import PYZ_DIR
 from .first import first_contact
 from .looks import intervals, look
@@ -113,6 +113,8 @@ def run(
             out.say("in short", unreadable(first.code, config.window, config.timeout, silent=first.silent))
         return first.code
     looks = look(config.url, config, config.seconds, first, clock=clock, sleep=sleep)
+    if not looks.all:  # Ctrl-C before the first look was judged
+        raise KeyboardInterrupt
     return _report(config, first, first.seen.dialect, looks, out)
 
 
@@ -124,10 +126,7 @@ def _report(config: DoctorConfig, first: First, dialect: Dialect, looks: Looks, 
     if looks.error is not None:
         lines.append(("stopped", f"at look {len(looks.all) + 1}: {looks.error}"))
         code = looks.error.exit_code
-    elif not looks.answered:
-        lines.append(("stopped", f"no look got an answer within {num(config.timeout)} s"))
-        code = ExitCode.SCRAPE
-    else:
+    else:  # the first look answered (first contact): the last look's verdict, told or silent
         code = verdict_code(looks.all[-1].result.verdict)
     for label, text in lines:
         out.say(label, text)

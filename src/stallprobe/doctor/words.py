@@ -249,12 +249,7 @@ def verdict_lines(config: LookSettings, looks: Looks) -> Topics:
 
 def topics(config: LookSettings, first: First, dialect: Dialect, looks: Looks) -> tuple[Topics, bool]:
     """Every topic of a report whose looks began; and whether --server-load goes into the probes."""
-    lines: Topics = []
-    answered = looks.answered
-    if answered:
-        lines += engine_lines(config, dialect, answered[0].seen.samples)
-    else:
-        lines.append(("engine", f"{dialect.name} by the first answer; no look got one since"))
+    lines = engine_lines(config, dialect, looks.all[0].seen.samples)  # the first look answered
     lines += progress_lines(config, dialect, first.page, looks)
     lines += waiting_lines(config, dialect, first.page)
     lines += key_lines(config, first)
@@ -278,12 +273,8 @@ def summary(config: LookSettings, last: Look, plan: Plan) -> str:
         f"the kubelet restarts it about {num(restart)} s after its last progress (window {num(window)} s + period "
         f"{plan.period} s x (failureThreshold {plan.failure} - 1))"
     )
-    silent = bool(last.seen.silence)
-    frozen = (
-        f"no answer for {secs(worst.stalled_for)} s"
-        if silent
-        else (f"busy with no progress for {secs(worst.stalled_for)} s")
-    )
+    how = "no answer" if last.seen.silence else "busy with no progress"
+    frozen = f"{how} for {secs(worst.stalled_for)} s"
     if result.verdict is Verdict.STALLED:
         return f"stalled now: {frozen} (window {num(window)} s), so the probe fails it now; {kubelet}"
     if result.verdict is Verdict.SUSPECT:
