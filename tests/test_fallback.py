@@ -108,7 +108,7 @@ ROWS: list[tuple[str, Callable[[StubEngine], None], Callable[[StubEngine], None]
         False,
         ExitCode.SCRAPE,
         r"error: canary .*HTTP 500.*",
-    ),  # noqa: E501
+    ),
 ]
 
 

@@ -37,6 +37,11 @@ LAYERS = {
     # The commands: peers that never import each other.
     "stallprobe.probe": 7,
     "stallprobe.doctor": 7,
+    "stallprobe.doctor.command": 7,
+    "stallprobe.doctor.first": 7,
+    "stallprobe.doctor.looks": 7,
+    "stallprobe.doctor.probes": 7,
+    "stallprobe.doctor.words": 7,
     "stallprobe.inject": 7,
     "stallprobe.inject.command": 7,
     "stallprobe.inject.core": 7,
@@ -74,6 +79,14 @@ PEERS = {
     ("stallprobe.inject.core", "stallprobe.inject.decide"),
     ("stallprobe.inject.decide", "stallprobe.inject.shell"),
     ("stallprobe.inject.manifests", "stallprobe.inject.splice"),
+    ("stallprobe.doctor", "stallprobe.doctor.command"),
+    ("stallprobe.doctor.command", "stallprobe.doctor.first"),
+    ("stallprobe.doctor.command", "stallprobe.doctor.looks"),
+    ("stallprobe.doctor.command", "stallprobe.doctor.probes"),
+    ("stallprobe.doctor.command", "stallprobe.doctor.words"),
+    ("stallprobe.doctor.looks", "stallprobe.doctor.first"),
+    ("stallprobe.doctor.words", "stallprobe.doctor.first"),
+    ("stallprobe.doctor.words", "stallprobe.doctor.looks"),
 }
 
 
@@ -83,6 +96,8 @@ def test_peer_imports_have_no_cycle() -> None:
     order.append("stallprobe.watch")
     order += [f"stallprobe.inject.{name}" for name in ("shell", "decide", "core", "splice", "manifests", "command")]
     order.append("stallprobe.inject")
+    order += [f"stallprobe.doctor.{name}" for name in ("first", "looks", "probes", "words", "command")]
+    order.append("stallprobe.doctor")
     for importer, imported in PEERS:
         assert order.index(imported) < order.index(importer), (importer, imported)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 
 from .errors import BadAnswer, MetricsError, ScrapeError, ScrapeTimeout
-from .report import secs
+from .report import num, secs
 from .scrape import exchange, status_error
 
 TYPE_CHECKING = False
@@ -34,7 +34,21 @@ if TYPE_CHECKING:
         server_load: bool  # --server-load
 
 
-__all__ = ["MAX_JSON", "ask_idle", "ask_live", "ask_paused", "canary", "in_flight", "is_paused", "loads"]
+__all__ = [
+    "MAX_JSON",
+    "Reply",
+    "ask",
+    "ask_idle",
+    "ask_live",
+    "ask_paused",
+    "canary",
+    "in_flight",
+    "is_paused",
+    "live_loads",
+    "loads",
+    "paused_answer",
+    "server_load",
+]
 
 # vLLM answers /is_paused through its engine core, between two steps: within milliseconds when it is
 # paused (the core is idle) or healthy; a wedged core never answers. A second is far above the first and
@@ -127,21 +141,55 @@ def loads(text: str) -> object:
     return json.loads(text)
 
 
-def _asked(url: str, key: str, timeout: float) -> object:
-    """The JSON a route answers with a 200 within `timeout`; None for any other answer, for none, and for
-    a route the engine does not serve: a question that goes unanswered changes nothing."""
+class Reply:
+    """What one of the engine's routes answered: its status (None: no answer), its JSON (None unless a
+    200 with JSON), and what a person reads of it, after the route's name ("answers 200", "answers HTTP
+    404 Not Found", "gives no answer within 1 s"): the probe reads `data`, doctor says `why`."""
+
+    __slots__ = ("code", "data", "why")
+
+    def __init__(self, code: int | None, data: object, why: str) -> None:
+        self.code = code
+        self.data = data
+        self.why = why
+
+
+def ask(url: str, key: str, timeout: float) -> Reply:
+    """Ask one of the engine's routes within `timeout`. Never raises: a question that goes unanswered,
+    or that the engine does not serve, changes nothing."""
     try:
         answer = exchange(url, timeout, key=key, max_bytes=MAX_JSON, what="ask")
-        return _json(answer, f"ask {url}") if answer.code == 200 else None
-    except (ScrapeError, MetricsError):
-        return None
+    except ScrapeTimeout:
+        return Reply(None, None, f"gives no answer within {num(timeout)} s")
+    except ScrapeError as exc:
+        return Reply(None, None, f"fails: {str(exc).removeprefix(f'ask {url}: ')}")
+    if answer.code != 200:
+        wants = ": it wants the API key" if answer.code in (401, 403) else ""
+        return Reply(answer.code, None, f"answers HTTP {answer.code} {answer.reason}".rstrip() + wants)
+    try:
+        data = _json(answer, f"ask {url}")
+    except MetricsError:
+        return Reply(answer.code, None, f"answers {answer.code}, not with JSON")
+    return Reply(answer.code, data, f"answers {answer.code}")
+
+
+def _asked(url: str, key: str, timeout: float) -> object:
+    """The JSON a route answers with a 200 within `timeout`; None for any other answer, for none, and for
+    a route the engine does not serve."""
+    return ask(url, key, timeout).data
+
+
+def paused_answer(data: object) -> bool | None:
+    """What vLLM's /is_paused said (`{"is_paused": true}`): True or False, None when the answer is not
+    vLLM's."""
+    value = data.get("is_paused") if isinstance(data, dict) else None
+    return value if isinstance(value, bool) else None
 
 
 def is_paused(base: str, route: str, key: str, timeout: float = PAUSE_QUERY_TIMEOUT) -> bool:
     """Whether the engine says its operator paused it (vLLM: `{"is_paused": true}`). False for any other
     answer, for none within the deadline, and for a route the engine does not serve."""
-    data = _asked(base + route, key, timeout)
-    return isinstance(data, dict) and data.get("is_paused") is True
+    return paused_answer(_asked(base + route, key, timeout)) is True
 
 
 def ask_paused(samples: Mapping[str, Sample], base: str, route: str, key: str) -> dict[str, Sample] | None:
@@ -171,6 +219,13 @@ def _count(data: object, key: str) -> float | None:
     return float(value)
 
 
+def live_loads(data: object) -> list[object] | None:
+    """The snapshots SGLang's /v1/loads answered (`{"loads": [...]}`, one per data-parallel rank); None
+    when the answer has none."""
+    loads = data.get("loads") if isinstance(data, dict) else None
+    return loads if isinstance(loads, list) and loads else None
+
+
 def ask_live(samples: Mapping[str, Sample], base: str, route: str, key: str) -> dict[str, Sample] | None:
     """For an engine that would otherwise be judged suspect or stalled (and only then): its running and
     waiting requests as its scheduler last published them (SGLang's /v1/loads, one snapshot per data-
@@ -178,9 +233,8 @@ def ask_live(samples: Mapping[str, Sample], base: str, route: str, key: str) -> 
     fully idle, and so shows a stale batch while requests wait on something. Waiting requests are owed
     unless they wait on a peer (a disaggregated engine's bootstrap, prealloc, transfer queues). None when
     the route gives no usable answer within its deadline (the page stands)."""
-    data = _asked(base + route, key, PAUSE_QUERY_TIMEOUT)
-    loads = data.get("loads") if isinstance(data, dict) else None
-    if not isinstance(loads, list) or not loads:
+    loads = live_loads(_asked(base + route, key, PAUSE_QUERY_TIMEOUT))
+    if loads is None:
         return None
     live: dict[str, tuple[float, float, float]] = {}
     for load in loads:
@@ -206,7 +260,12 @@ def ask_live(samples: Mapping[str, Sample], base: str, route: str, key: str) -> 
 def in_flight(base: str, route: str, key: str, timeout: float) -> float:
     """How many HTTP requests the server is serving (vLLM's /load, `{"server_load": N}`, counted only
     with --enable-server-load-tracking); 0 when it does not say."""
-    return _count(_asked(base + route, key, timeout), "server_load") or 0.0
+    return server_load(_asked(base + route, key, timeout)) or 0.0
+
+
+def server_load(data: object) -> float | None:
+    """The count vLLM's /load answered (`{"server_load": N}`); None when the answer has none."""
+    return _count(data, "server_load")
 
 
 def canary(base: str, key: str, timeout: float) -> float | None:

@@ -554,8 +554,9 @@ WATCH = (
     LISTEN,
     DRAIN_AFTER,
 )
-# The doctor reads the engine as the probe would, and reads the probe's environment as the probe does.
-DOCTOR = (URL, SECONDS, TIMEOUT, *ENGINE_OPTIONS, API_KEY_FILE)
+# The doctor looks at the engine as the probe would (every look option, the readiness rule's drain window
+# too), and reads the probe's environment as the probe does.
+DOCTOR = (URL, SECONDS, TIMEOUT, *ENGINE_OPTIONS, API_KEY_FILE, CANARY, CANARY_INTERVAL, SERVER_LOAD, DRAIN_AFTER)
 # The probe's own flags that inject writes into the probes it adds, when given.
 PASSED_ON = (*ENGINE_OPTIONS, CANARY, CANARY_INTERVAL, SERVER_LOAD, API_KEY_FILE, STRICT, REPORT_ONLY)
 INJECT = (
