@@ -714,10 +714,12 @@ def test_the_printed_probes_are_what_inject_writes_for_the_same_engine(
 
 # --- API keys
 
-# What the doctor says of an engine whose page the probe cannot read: its every run would fail.
+# What the doctor says of an engine whose page the probe cannot read: its every run falls back to the
+# engine's health route.
 UNREADABLE = (
-    "the probe cannot read this engine: every run would exit {code}, a failed probe to the kubelet, which restarts "
-    "the container after failureThreshold of them: mend what is said above before adopting it"
+    "the probe cannot judge this engine: every run falls back to its health route (exit 0, unjudged, while "
+    "that answers 2xx; exit {code} when it does not, or with --strict), no more than an httpGet of it: "
+    "mend what is said above before adopting it"
 )
 
 

@@ -301,6 +301,7 @@ def unreadable(code: int, window: float, timeout: float, *, silent: bool = False
             f"nothing has answered for the window ({num(window)} s)"
         )
     return (
-        f"the probe cannot read this engine: every run would exit {code}, a failed probe to the kubelet, which "
-        "restarts the container after failureThreshold of them: mend what is said above before adopting it"
+        "the probe cannot judge this engine: every run falls back to its health route (exit 0, unjudged, while "
+        f"that answers 2xx; exit {code} when it does not, or with --strict), no more than an httpGet of it: "
+        "mend what is said above before adopting it"
     )
