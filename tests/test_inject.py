@@ -6,9 +6,11 @@ from __future__ import annotations
 import base64
 import copy
 import difflib
+import hashlib
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -21,7 +23,7 @@ import yaml
 
 from conftest import REPO, clean_env, rewind, validate
 from stallprobe.errors import ExitCode
-from stallprobe.inject import PYZ_PATH, Choice, Options, decide, engine_of, inject, pod_specs, read_documents
+from stallprobe.inject import PYZ_PATH, Choice, InjectConfig, decide, engine_of, inject, pod_specs, read_documents
 from stallprobe.inject.manifests import MAX_BYTES, MAX_DEPTH, MAX_NODES, NO_RUAMEL
 from stubengine import StubEngine
 
@@ -95,7 +97,7 @@ KINDS = ["Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob
 @pytest.mark.parametrize("kind", KINDS)
 def test_every_workload_kind_gets_the_probe_and_stays_valid(kind: str) -> None:
     docs = [workload(kind, pod_spec(container(args=["--port", "8000"])))]
-    out, log, _ = inject(docs, Options(pyz=b"PK"))
+    out, log, _ = inject(docs, InjectConfig(), b"PK")
     assert [d["kind"] for d in out] == [kind, "ConfigMap"]
     for doc in out:
         validate(doc)
@@ -116,7 +118,12 @@ def test_every_workload_kind_gets_the_probe_and_stays_valid(kind: str) -> None:
             "--url",
             "http://127.0.0.1:8000/metrics",
         ]
-        assert {"name": "stallprobe", "configMap": {"name": "stallprobe", "defaultMode": 0o444}} in spec["volumes"]
+        ready = spec["containers"][0]["readinessProbe"]  # by default: drained after --drain-after 30
+        assert ready["exec"]["command"] == [*probe["exec"]["command"], "--ready", "--drain-after", "30"]
+        # The build's ConfigMap is named by its content: a new build rolls the workload.
+        name = "stallprobe-" + hashlib.sha256(b"PK").hexdigest()[:10]
+        assert {"name": "stallprobe", "configMap": {"name": name, "defaultMode": 0o444}} in spec["volumes"]
+    assert out[-1]["metadata"]["name"] == name
     assert len(log) == (2 if kind == "LeaderWorkerSet" else 1)
 
 
@@ -158,7 +165,7 @@ def test_engine_and_port_are_read_from_the_container(entry: dict[str, Any], engi
 
 def test_only_inference_containers_are_touched() -> None:
     spec = pod_spec(container(), container(name="sidecar", image="envoyproxy/envoy:v1"))
-    out, _, _ = inject([workload("Deployment", spec)], Options(pyz=b""))
+    out, _, _ = inject([workload("Deployment", spec)], InjectConfig(), b"")
     sidecar = out[0]["spec"]["template"]["spec"]["containers"][1]
     assert sidecar == container(name="sidecar", image="envoyproxy/envoy:v1")
 
@@ -168,7 +175,7 @@ def test_container_flag_picks_one_by_name() -> None:
         container(name="engine", image="my/own:1", args=["--port", "8000"]),
         container(name="other", image="vllm/vllm-openai"),
     )
-    out, _, _ = inject([workload("Deployment", spec)], Options(pyz=b"", container="engine", engine="vllm"))
+    out, _, _ = inject([workload("Deployment", spec)], InjectConfig(container="engine", engine="vllm"), b"")
     containers = out[0]["spec"]["template"]["spec"]["containers"]
     assert "livenessProbe" in containers[0]
     assert "livenessProbe" not in containers[1]
@@ -180,27 +187,29 @@ CUSTOM = {"exec": {"command": ["/bin/check-engine"]}, "periodSeconds": 30}
 
 def test_a_plain_health_check_is_replaced_keeping_its_initial_delay() -> None:
     spec = pod_spec(container(livenessProbe=HEALTH, readinessProbe=HEALTH, startupProbe=HEALTH))
-    out, log, _ = inject([workload("Deployment", spec)], Options(pyz=b""))
+    out, log, _ = inject([workload("Deployment", spec)], InjectConfig(), b"")
     c = out[0]["spec"]["template"]["spec"]["containers"][0]
     assert c["livenessProbe"]["initialDelaySeconds"] == 600
     assert c["livenessProbe"]["timeoutSeconds"] == 6  # above --timeout 3 and the 1 s question whether it is paused
-    assert (c["readinessProbe"], c["startupProbe"]) == (HEALTH, HEALTH)  # never touched
+    assert c["startupProbe"] == HEALTH  # never touched
+    assert c["readinessProbe"]["exec"]["command"][-3:] == ["--ready", "--drain-after", "30"]  # a plain check too
     assert "replaced the liveness probe" in log[0]
+    assert "replaced the readiness probe: traffic stops about 35 s after the last progress" in log[0]
     assert "restarted about 140 s after its last progress" in log[0]
 
 
 def test_the_operators_own_liveness_probe_wins_unless_forced() -> None:
     doc = workload("Deployment", pod_spec(container(livenessProbe=CUSTOM)))
-    out, log, _ = inject([copy.deepcopy(doc)], Options(pyz=b""))
+    out, log, _ = inject([copy.deepcopy(doc)], InjectConfig(), b"")
     assert out == [doc]  # nothing injected, so no ConfigMap either
     assert "kept its own liveness probe" in log[0]
-    forced, _, _ = inject([copy.deepcopy(doc)], Options(pyz=b"", force=True))
+    forced, _, _ = inject([copy.deepcopy(doc)], InjectConfig(force=True), b"")
     assert PYZ_PATH in probe_of(forced[0])["exec"]["command"][4]
 
 
 def test_read_only_root_gets_an_emptydir_for_the_state() -> None:
     entry = container(securityContext={"readOnlyRootFilesystem": True})
-    out, _, _ = inject([workload("StatefulSet", pod_spec(entry))], Options(pyz=b""))
+    out, _, _ = inject([workload("StatefulSet", pod_spec(entry))], InjectConfig(), b"")
     spec = out[0]["spec"]["template"]["spec"]
     assert probe_of(out[0])["exec"]["command"][-2:] == ["--state-file", "/run/stallprobe/probe.state"]
     assert {"name": "stallprobe-state", "emptyDir": {"sizeLimit": "1Mi"}} in spec["volumes"]
@@ -209,9 +218,9 @@ def test_read_only_root_gets_an_emptydir_for_the_state() -> None:
 
 
 def test_timing_flags_reach_the_probe_and_the_report() -> None:
-    options = Options(pyz=b"", window=300, timeout=4.5, period=15, failure=5, engine="sglang")
+    config = InjectConfig(window=300.0, timeout=4.5, period=15, failure_threshold=5, engine="sglang")
     entry = container(args=["--enable-metrics", "--port", "30000"])
-    out, log, _ = inject([workload("Deployment", pod_spec(entry))], options)
+    out, log, _ = inject([workload("Deployment", pod_spec(entry))], config, b"")
     probe = probe_of(out[0])
     assert probe["exec"]["command"][7:] == ["--window", "300", "--timeout", "4.5", "--engine", "sglang"]
     assert (probe["periodSeconds"], probe["timeoutSeconds"], probe["failureThreshold"]) == (15, 8, 5)
@@ -229,7 +238,7 @@ def test_one_configmap_per_namespace_last_and_other_documents_kept_in_order() ->
         workload("Pod", pod_spec(container()), "team-b"),
         workload("DaemonSet", pod_spec(container()), "team-a"),
     ]
-    out, _, _ = inject(docs, Options(pyz=b"zip bytes", configmap="probe-build"))
+    out, _, _ = inject(docs, InjectConfig(configmap="probe-build"), b"zip bytes")
     assert [d["kind"] for d in out] == ["Deployment", "Service", "Pod", "DaemonSet", "ConfigMap", "ConfigMap"]
     assert out[1] == service
     maps = out[4:]
@@ -351,6 +360,10 @@ spec:
 """
 
 
+# The ConfigMap of an empty build (--pyz /dev/null): named by its content, as every build's is.
+EMPTY = "stallprobe-e3b0c44298"
+
+
 def test_a_changed_document_keeps_every_line_inject_does_not_change() -> None:
     done = run_inject(HAND_WRITTEN, "--pyz", os.devnull)
     assert done.returncode == 0, done.stderr
@@ -373,7 +386,7 @@ def test_a_changed_document_keeps_every_line_inject_does_not_change() -> None:
     assert '                args: ["--port", "30000", \'--host\', "0.0.0.0", "--enable-metrics"]\n' in out
     assert "                -   {name: stallprobe, mountPath: /opt/stallprobe, readOnly: true}\n" in out
     assert (
-        "            -   {name: stallprobe, configMap: {name: stallprobe, defaultMode: 292}}\n# after everything\n"
+        f"            -   {{name: stallprobe, configMap: {{name: {EMPTY}, defaultMode: 292}}}}\n# after everything\n"
         in out
     )
     docs = list(yaml.safe_load_all(out))
@@ -426,8 +439,13 @@ def test_the_deploy_example_is_what_inject_makes_of_it() -> None:
     result = run_inject(before)
     assert result.returncode == 0, result.stderr
     made = list(yaml.safe_load_all(result.stdout))
-    assert made[:-1] == after
     assert made[-1]["kind"] == "ConfigMap"
+    # The example names the ConfigMap of the build it was made with; each build has its own name.
+    name = made[-1]["metadata"]["name"]
+    shown = after[0]["spec"]["template"]["spec"]["volumes"][0]["configMap"]
+    assert re.fullmatch(r"stallprobe-[0-9a-f]{10}", shown["name"])
+    shown["name"] = name
+    assert made[:-1] == after
     for doc in made:
         validate(doc)
 

@@ -24,6 +24,8 @@ from conftest import REPO, validate
 from stallprobe.errors import ExitCode
 
 MANIFESTS = REPO / "tests" / "fixtures" / "manifests"
+# The ConfigMap of the empty build every run here ships (--pyz /dev/null), named by its content.
+EMPTY = "stallprobe-e3b0c44298"
 
 
 def run(text: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -300,12 +302,17 @@ def test_print_probe_gives_the_fields_to_embed() -> None:
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     assert set(out) == {"container", "volumes", "configMap"}
-    assert set(out["container"]) == {"livenessProbe", "startupProbe", "volumeMounts"}
+    assert set(out["container"]) == {"livenessProbe", "readinessProbe", "startupProbe", "volumeMounts"}
+    assert out["volumes"][0]["configMap"]["name"] == out["configMap"]["metadata"]["name"] == EMPTY
     assert out["container"]["startupProbe"]["httpGet"] == {"path": "/health", "port": 8000}
     assert "http://127.0.0.1:8000/metrics" in out["container"]["livenessProbe"]["exec"]["command"]
     assert out["configMap"]["kind"] == "ConfigMap"
     as_yaml = run("", "--print-probe", "--engine", "llamacpp", "--port", "8080")
     assert yaml.safe_load(as_yaml.stdout)["container"]["startupProbe"]["exec"]["command"][:2] == ["python3", "-I"]
+    bare = run("", "--print-probe", "--engine", "vllm", "--port", "8000", "--no-readiness", "--configmap", "probe")
+    fields = yaml.safe_load(bare.stdout)
+    assert set(fields["container"]) == {"livenessProbe", "startupProbe", "volumeMounts"}
+    assert fields["volumes"][0]["configMap"]["name"] == fields["configMap"]["metadata"]["name"] == "probe"
     missing = run("", "--print-probe")
     assert missing.returncode == 2
     assert "--print-probe needs --engine" in missing.stderr

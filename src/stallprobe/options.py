@@ -477,7 +477,14 @@ PERIOD = Option("--period", "SECONDS", count, DEFAULT_PERIOD, "the probe's perio
 FAILURE_THRESHOLD = Option("--failure-threshold", "N", count, DEFAULT_FAILURE_THRESHOLD, "the probe's failureThreshold")
 FORCE = Option("--force", "", switch, False, "replace any liveness probe, not just a plain /health check")
 STATE_VOLUME = Option("--state-volume", "", switch, False, "keep the state in an emptyDir always")
-CONFIGMAP = Option("--configmap", "NAME", dns_name, "stallprobe", "the ConfigMap that carries the probe")
+CONFIGMAP = Option(
+    "--configmap",
+    "NAME",
+    dns_name,
+    None,
+    "the ConfigMap that carries the probe, by this fixed name",
+    shown="stallprobe-HASH: its build's sha256, 10 hex digits",
+)
 PYZ = Option("--pyz", "FILE", nonempty, None, "a stallprobe.pyz to ship", shown="built from this installation")
 PYTHON = Option(
     "--python",
@@ -505,6 +512,13 @@ STARTUP_BUDGET = Option(
 )
 PRINT_PROBE = Option(
     "--print-probe", "", switch, False, "print only the container fields and the ConfigMap (needs --engine, --port)"
+)
+NO_READINESS = Option(
+    "--no-readiness",
+    "",
+    switch,
+    False,
+    "add no readiness probe (the containers' own stay as they are)",
 )
 INJECT_PORT = Option("--port", "PORT", port, None, "with --print-probe: the port the engine serves on", shown="none")
 OUTPUT = Option("--output", "FORMAT", nonempty, "yaml", "with --print-probe: yaml or json")
@@ -572,6 +586,7 @@ INJECT = (
     PYZ,
     PYTHON,
     DRAIN_AFTER,
+    NO_READINESS,
     STARTUP_BUDGET,
     CHECK,
     PRINT_PROBE,

@@ -52,10 +52,11 @@ READY_PERIOD = 5
 
 class Plan:
     """What the probes are built from: the look's window and timeout, the kubelet's period and failure
-    threshold, the startup budget, the drain window (None: no readiness probe), and the probe's other
-    engine flags as given (--saturation 4, --progress-metric X, ...)."""
+    threshold, the startup budget, the drain window (None: no readiness probe), the probe's other
+    engine flags as given (--saturation 4, --progress-metric X, ...), and whether the liveness probe only
+    reports (the probe's --report-only: it judges and says, and restarts nothing)."""
 
-    __slots__ = ("drain_after", "failure", "period", "probe_args", "startup_budget", "timeout", "window")
+    __slots__ = ("drain_after", "failure", "period", "probe_args", "report_only", "startup_budget", "timeout", "window")
 
     def __init__(
         self,
@@ -67,6 +68,7 @@ class Plan:
         probe_args: Sequence[str] = (),
         startup_budget: float = DEFAULT_STARTUP_BUDGET,
         drain_after: float | None = None,
+        report_only: bool = False,
     ) -> None:
         self.window = window
         self.timeout = timeout
@@ -75,6 +77,7 @@ class Plan:
         self.probe_args = tuple(probe_args)
         self.startup_budget = startup_budget
         self.drain_after = drain_after
+        self.report_only = report_only
 
 
 def restart_after(plan: Plan) -> float:
@@ -102,8 +105,10 @@ def timeout_seconds(plan: Plan, *, ready: bool = False) -> int:
 
 
 def liveness_probe(command: list[str], plan: Plan, old: Any = None) -> dict[str, Any]:
-    """The livenessProbe; an operator's initialDelaySeconds on the probe it replaces (`old`) is kept."""
-    probe: dict[str, Any] = {"exec": {"command": command}}
+    """The livenessProbe: the command, with --report-only when the plan says so (the readiness probe,
+    built from the same command, never carries it); an operator's initialDelaySeconds on the probe it
+    replaces (`old`) is kept."""
+    probe: dict[str, Any] = {"exec": {"command": [*command, "--report-only"] if plan.report_only else command}}
     delay = old.get("initialDelaySeconds") if isinstance(old, dict) else None
     if isinstance(delay, int):  # model loading: keep the operator's delay (a startupProbe is better)
         probe["initialDelaySeconds"] = delay

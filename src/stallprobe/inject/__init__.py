@@ -22,7 +22,7 @@ from __future__ import annotations
 from ..errors import InjectError
 from ..stanza import LAUNCHER, PYZ_PATH
 from .command import main
-from .core import Options, inject, pod_specs
+from .core import InjectConfig, configmap_name, inject, plan_of, pod_specs
 from .decide import Choice, Decision, decide, engine_of
 from .manifests import read_documents, write_documents
 
@@ -31,12 +31,14 @@ __all__ = [
     "PYZ_PATH",
     "Choice",
     "Decision",
+    "InjectConfig",
     "InjectError",
-    "Options",
+    "configmap_name",
     "decide",
     "engine_of",
     "inject",
     "main",
+    "plan_of",
     "pod_specs",
     "read_documents",
     "write_documents",
