@@ -163,6 +163,8 @@ GOOD_TOKENS = [
     ["--container", "vllm-leader"],
     ["--canary"],
     ["--startup-budget", "600"],
+    ["--no-readiness"],
+    ["--report-only"],
 ]
 
 
@@ -502,6 +504,13 @@ INJECT_CASES: list[tuple[str, list[str], bytes, int, str]] = [
         "--pyz /dev/zero is larger than 1 MiB, more than a ConfigMap holds",
     ),
     ("--check with changes", ["--check"], DEPLOY, 6, ""),
+    (
+        "--no-readiness and --drain-after",
+        ["--no-readiness", "--drain-after", "30"],
+        DEPLOY,
+        2,
+        "--drain-after sets the readiness probe, which --no-readiness leaves out: give one of them",
+    ),
     ("unknown flag", ["--nope"], DEPLOY, 2, "unknown option '--nope'"),
     (
         "--period of 5000 digits",

@@ -25,6 +25,7 @@ from conftest import REPO, clean_env, rewind, validate
 from stallprobe.errors import ExitCode
 from stallprobe.inject import PYZ_PATH, Choice, InjectConfig, decide, engine_of, inject, pod_specs, read_documents
 from stallprobe.inject.manifests import MAX_BYTES, MAX_DEPTH, MAX_NODES, NO_RUAMEL
+from stallprobe.options import parse
 from stubengine import StubEngine
 
 
@@ -446,6 +447,9 @@ def test_the_deploy_example_is_what_inject_makes_of_it() -> None:
     assert re.fullmatch(r"stallprobe-[0-9a-f]{10}", shown["name"])
     shown["name"] = name
     assert made[:-1] == after
+    # What docs/kubernetes.md says inject says of it.
+    said = (REPO / "docs" / "kubernetes.md").read_text().split("stallprobe inject: deployment/vllm-llama")[1]
+    assert result.stderr == "stallprobe inject: deployment/vllm-llama" + said.split("\n")[0] + "\n"
     for doc in made:
         validate(doc)
 
@@ -522,3 +526,153 @@ def test_the_docs_give_the_input_limits_the_code_has() -> None:
     assert "expand past a million\nnodes" in readme
     assert "exits 6 when a run would change something" in readme
     assert ExitCode.CHANGES == 6
+
+
+# --- the build's ConfigMap, named by its content
+
+
+def names_of(docs: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
+    """(the ConfigMaps the build's volumes name, the ConfigMaps' names), in document order."""
+    volumes = [
+        volume["configMap"]["name"]
+        for doc in docs
+        for spec in pod_specs(doc)
+        for volume in spec.get("volumes", [])
+        if volume["name"] == "stallprobe"
+    ]
+    maps = [doc["metadata"]["name"] for doc in docs if doc["kind"] == "ConfigMap"]
+    return volumes, maps
+
+
+def test_a_new_build_is_a_new_configmap_and_rolls_the_workload() -> None:
+    """The pod template names the build's ConfigMap by its content: a new build changes the template (the
+    Deployment rolls), the probe's command stays as it was, and the old ConfigMap, which nothing mounts any
+    more, becomes the new one in its place."""
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "llm", "namespace": "inference"}}
+    first, _, _ = inject([workload("Deployment", pod_spec(container())), service], InjectConfig(), b"one")
+    one, two = ("stallprobe-" + hashlib.sha256(build).hexdigest()[:10] for build in (b"one", b"two"))
+    assert names_of(first) == ([one], [one])
+    command = copy.deepcopy(probe_of(first[0])["exec"]["command"])
+    second, log, changed = inject(copy.deepcopy(first), InjectConfig(), b"two")
+    assert [doc["kind"] for doc in second] == ["Deployment", "Service", "ConfigMap"]  # no second ConfigMap
+    assert names_of(second) == ([two], [two])
+    assert changed == {0, 2}
+    assert base64.b64decode(second[2]["binaryData"]["stallprobe.pyz"]) == b"two"
+    assert probe_of(second[0])["exec"]["command"] == command  # only the volume's configMap.name moved
+    assert log[-1] == (
+        f"configmap/{one} in namespace inference: replaced by configmap/{two}, the build the probes now mount "
+        "(pods still running the old one keep their copy until they are replaced)"
+    )
+    again, log, changed = inject(copy.deepcopy(second), InjectConfig(), b"two")
+    assert (again, changed) == (second, set())
+    assert "already injected, unchanged" in log[0]
+
+
+def test_the_fixed_name_of_earlier_versions_is_brought_to_the_new_one() -> None:
+    """What an earlier inject wrote, a volume naming the ConfigMap `stallprobe` and that ConfigMap, becomes
+    the new build's name; `--configmap stallprobe` keeps the fixed name."""
+    earlier, _, _ = inject([workload("Deployment", pod_spec(container()))], InjectConfig(configmap="stallprobe"), b"v1")
+    assert names_of(earlier) == (["stallprobe"], ["stallprobe"])
+    kept, _, changed = inject(copy.deepcopy(earlier), InjectConfig(configmap="stallprobe"), b"v1")
+    assert (kept, changed) == (earlier, set())
+    moved, _, _ = inject(copy.deepcopy(earlier), InjectConfig(), b"v2")
+    name = "stallprobe-" + hashlib.sha256(b"v2").hexdigest()[:10]
+    assert names_of(moved) == ([name], [name])
+    for doc in moved:
+        validate(doc)
+
+
+def test_an_old_configmap_a_workload_still_mounts_is_kept() -> None:
+    """Another workload of the namespace (here one --container leaves alone) still mounts the old build:
+    that ConfigMap stays, and the new one comes after it. Two builds live side by side."""
+    a = workload("Deployment", pod_spec(container(name="a")))
+    b = workload("StatefulSet", pod_spec(container(name="b")))
+    first, _, _ = inject([a, b], InjectConfig(), b"one")
+    one, two = ("stallprobe-" + hashlib.sha256(build).hexdigest()[:10] for build in (b"one", b"two"))
+    second, log, _ = inject(copy.deepcopy(first), InjectConfig(container="a"), b"two")
+    assert names_of(second) == ([two, one], [one, two])
+    assert not any(line.startswith("configmap/") for line in log)
+
+
+def test_the_same_run_on_json_and_a_list_replaces_the_old_build_in_place() -> None:
+    doc = workload("Pod", pod_spec(container()))
+    first = run_inject(json.dumps(doc), "--pyz", os.devnull, "--configmap", "stallprobe")
+    assert first.returncode == 0, first.stderr
+    second = run_inject(first.stdout, "--pyz", os.devnull)
+    assert second.returncode == 0, second.stderr
+    items = json.loads(second.stdout)["items"]
+    assert names_of(items) == ([EMPTY], [EMPTY])
+    assert [item["kind"] for item in items] == ["Pod", "ConfigMap"]
+    assert run_inject(second.stdout, "--pyz", os.devnull).stdout == second.stdout
+
+
+def test_in_yaml_the_old_build_is_rewritten_where_it_was() -> None:
+    """The ConfigMap an earlier version wrote keeps its place and its comment; the documents around it keep
+    their bytes."""
+    first = run_inject(MANIFEST, "--pyz", os.devnull, "--configmap", "stallprobe")
+    assert first.returncode == 0, first.stderr
+    earlier = first.stdout.replace("kind: ConfigMap\n", "kind: ConfigMap  # the probe's build\n")
+    second = run_inject(earlier + "---\nkind: Service\napiVersion: v1\nmetadata: {name: s}\n", "--pyz", os.devnull)
+    assert second.returncode == 0, second.stderr
+    docs = list(yaml.safe_load_all(second.stdout))
+    assert [d["kind"] for d in docs] == ["Deployment", "Pod", "ConfigMap", "Service"]
+    assert names_of(docs) == ([EMPTY, EMPTY], [EMPTY])
+    assert "kind: ConfigMap  # the probe's build\n" in second.stdout
+    assert second.stdout.endswith("---\nkind: Service\napiVersion: v1\nmetadata: {name: s}\n")
+    assert "configmap/stallprobe in namespace inference: replaced by configmap/" in second.stderr
+    assert run_inject(second.stdout, "--pyz", os.devnull).stdout == second.stdout
+
+
+# --- readiness by default, and report-only
+
+
+def test_no_readiness_leaves_readiness_as_it_is() -> None:
+    spec = pod_spec(container(readinessProbe=HEALTH))
+    out, log, _ = inject([workload("Deployment", spec)], InjectConfig(no_readiness=True), b"")
+    assert out[0]["spec"]["template"]["spec"]["containers"][0]["readinessProbe"] == HEALTH
+    assert "readiness" not in log[0]
+    bare, _, _ = inject([workload("Deployment", pod_spec(container()))], InjectConfig(no_readiness=True), b"")
+    assert "readinessProbe" not in bare[0]["spec"]["template"]["spec"]["containers"][0]
+
+
+def test_the_operators_own_readiness_probe_is_kept_unless_forced() -> None:
+    spec = pod_spec(container(readinessProbe=CUSTOM))
+    out, log, _ = inject([workload("Deployment", copy.deepcopy(spec))], InjectConfig(), b"")
+    assert out[0]["spec"]["template"]["spec"]["containers"][0]["readinessProbe"] == CUSTOM
+    assert "kept its own readiness probe (--force replaces it)" in log[0]
+    forced, _, _ = inject([workload("Deployment", spec)], InjectConfig(force=True), b"")
+    assert "--ready" in forced[0]["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["exec"]["command"]
+
+
+def test_no_readiness_and_drain_after_together_are_a_usage_error() -> None:
+    done = run_inject(MANIFEST, "--pyz", os.devnull, "--no-readiness", "--drain-after", "20")
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (
+        "stallprobe inject: --drain-after sets the readiness probe, which --no-readiness leaves out: give one of them\n"
+    )
+
+
+def test_report_only_writes_the_probes_flag_into_liveness_alone() -> None:
+    """--report-only: the liveness probe judges and says, and restarts nothing. It promises no effect, so no
+    readiness probe either, unless --drain-after asks for one (which drains, and never carries the flag)."""
+    spec = pod_spec(container(readinessProbe=HEALTH))
+    out, log, _ = inject([workload("Deployment", copy.deepcopy(spec))], InjectConfig(report_only=True), b"")
+    c = out[0]["spec"]["template"]["spec"]["containers"][0]
+    assert c["livenessProbe"]["exec"]["command"][-3:] == ["--engine", "vllm", "--report-only"]
+    assert c["readinessProbe"] == HEALTH
+    assert log[0].startswith(
+        "deployment/llm-deployment container vllm: added the liveness probe, report-only (vllm, port 8000 from "
+        "assumed: vllm's default, as its command sets no port): it says a wedged engine is stalled about 120 s "
+        "after its last progress (the window) and never fails: nothing is restarted; added a startupProbe"
+    )
+    config = parse(["--report-only", "--drain-after", "20"], InjectConfig)
+    assert isinstance(config, InjectConfig)
+    both, log, _ = inject([workload("Deployment", spec)], config, b"")
+    c = both[0]["spec"]["template"]["spec"]["containers"][0]
+    live, ready = c["livenessProbe"]["exec"]["command"], c["readinessProbe"]["exec"]["command"]
+    assert ready == [*live[:-1], "--ready", "--drain-after", "20"]
+    assert log[0].endswith(
+        "replaced the readiness probe: traffic stops about 25 s after the last progress (drain-after 20 s + period 5 s)"
+    )
+    for doc in both:
+        validate(doc)

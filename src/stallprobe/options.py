@@ -475,15 +475,17 @@ FILENAME = Option("--filename", "FILE", nonempty, "-", "the manifests (- for std
 CONTAINER = Option("--container", "NAME", nonempty, None, "inject into the container of this name only", shown="any")
 PERIOD = Option("--period", "SECONDS", count, DEFAULT_PERIOD, "the probe's periodSeconds")
 FAILURE_THRESHOLD = Option("--failure-threshold", "N", count, DEFAULT_FAILURE_THRESHOLD, "the probe's failureThreshold")
-FORCE = Option("--force", "", switch, False, "replace any liveness probe, not just a plain /health check")
+FORCE = Option(
+    "--force", "", switch, False, "replace any liveness (and readiness) probe, not just a plain /health check"
+)
 STATE_VOLUME = Option("--state-volume", "", switch, False, "keep the state in an emptyDir always")
 CONFIGMAP = Option(
     "--configmap",
     "NAME",
     dns_name,
     None,
-    "the ConfigMap that carries the probe, by this fixed name",
-    shown="stallprobe-HASH: its build's sha256, 10 hex digits",
+    "a fixed name for the ConfigMap that carries the probe",
+    shown="stallprobe-HASH, from the build's sha256",
 )
 PYZ = Option("--pyz", "FILE", nonempty, None, "a stallprobe.pyz to ship", shown="built from this installation")
 PYTHON = Option(

@@ -42,8 +42,9 @@ DESCRIPTION = """\
 usage: stallprobe inject [-f FILE] [options]
        stallprobe inject --print-probe --engine ENGINE --port PORT [--output yaml|json]
 
-Put the stallprobe exec liveness probe (and a startup guard) into Kubernetes manifests (YAML or JSON):
-the manifests go to stdout, one line per container to stderr. Works as a Helm post-renderer
+Put the stallprobe exec liveness and readiness probes (and a startup guard) into Kubernetes manifests
+(YAML or JSON), with the probe's build in a ConfigMap named by its content: the manifests go to stdout,
+one line per container to stderr. Works as a Helm post-renderer
 (--post-renderer stallprobe --post-renderer-args inject) and as a Kustomize KRM function (a
 ResourceList on stdin). The engine flags are the probe's, written into the probe it adds."""
 

@@ -34,7 +34,16 @@ if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
     from typing import Any
 
-__all__ = ["InjectConfig", "configmap", "configmap_name", "container_fields", "inject", "plan_of", "pod_specs"]
+__all__ = [
+    "InjectConfig",
+    "configmap",
+    "configmap_name",
+    "container_fields",
+    "inject",
+    "plan_of",
+    "pod_specs",
+    "volume",
+]
 
 VOLUME = "stallprobe"
 # Kustomize's configMapGenerator suffixes 10 characters of a sha256 too: enough that two builds never
