@@ -163,7 +163,7 @@ GOOD_TOKENS = [
     ["--container", "vllm-leader"],
     ["--canary"],
     ["--startup-budget", "600"],
-    ["--no-readiness"],
+    ["--no-ready"],
     ["--report-only"],
 ]
 
@@ -505,11 +505,11 @@ INJECT_CASES: list[tuple[str, list[str], bytes, int, str]] = [
     ),
     ("--check with changes", ["--check"], DEPLOY, 6, ""),
     (
-        "--no-readiness and --drain-after",
-        ["--no-readiness", "--drain-after", "30"],
+        "--no-ready and --drain-after",
+        ["--no-ready", "--drain-after", "30"],
         DEPLOY,
         2,
-        "--drain-after sets the readiness probe, which --no-readiness leaves out: give one of them",
+        "--drain-after sets the readiness probe, which --no-ready leaves out: give one of them",
     ),
     ("unknown flag", ["--nope"], DEPLOY, 2, "unknown option '--nope'"),
     (

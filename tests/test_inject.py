@@ -17,6 +17,7 @@ import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 import yaml
@@ -626,13 +627,44 @@ def test_in_yaml_the_old_build_is_rewritten_where_it_was() -> None:
 # --- readiness by default, and report-only
 
 
-def test_no_readiness_leaves_readiness_as_it_is() -> None:
+def test_no_ready_leaves_readiness_as_it_is() -> None:
     spec = pod_spec(container(readinessProbe=HEALTH))
-    out, log, _ = inject([workload("Deployment", spec)], InjectConfig(no_readiness=True), b"")
+    out, log, _ = inject([workload("Deployment", spec)], InjectConfig(no_ready=True), b"")
     assert out[0]["spec"]["template"]["spec"]["containers"][0]["readinessProbe"] == HEALTH
     assert "readiness" not in log[0]
-    bare, _, _ = inject([workload("Deployment", pod_spec(container()))], InjectConfig(no_readiness=True), b"")
+    bare, _, _ = inject([workload("Deployment", pod_spec(container()))], InjectConfig(no_ready=True), b"")
     assert "readinessProbe" not in bare[0]["spec"]["template"]["spec"]["containers"][0]
+
+
+@pytest.mark.parametrize(
+    ("entry", "check"),
+    [
+        (container(args=["--port", "8000"]), {"httpGet": {"path": "/health", "port": 8000}}),
+        (
+            container(image="lmsysorg/sglang:v0.5", args=["--port", "30000", "--enable-metrics"]),
+            {"exec": {"command": ["python3", "-I", "-S", "-c", mock.ANY]}},
+        ),
+    ],
+    ids=["vllm", "sglang on loopback"],
+)
+def test_no_ready_takes_the_draining_away_from_a_readiness_probe_inject_wrote(
+    entry: dict[str, Any], check: dict[str, Any]
+) -> None:
+    """Backing out of readiness (the rollout's stage 2): the readiness probe inject wrote only asks the
+    engine's health route again (inside the container where it binds loopback, as the startup guard
+    does), so a stuck engine keeps its traffic; a second run changes nothing."""
+    drained, _, _ = inject([workload("Deployment", pod_spec(entry))], InjectConfig(), b"")
+    back, log, changed = inject(copy.deepcopy(drained), InjectConfig(no_ready=True), b"")
+    ready = back[0]["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]
+    assert ready == {**check, "periodSeconds": 5, "timeoutSeconds": 5, "successThreshold": 1, "failureThreshold": 3}
+    assert changed == {0}
+    assert log[0].endswith(
+        "made the readiness probe inject wrote a plain check of /health again (--no-ready: no draining)"
+    )
+    again, log, changed = inject(copy.deepcopy(back), InjectConfig(no_ready=True), b"")
+    assert (again, changed) == (back, set())
+    for doc in back:
+        validate(doc)
 
 
 def test_the_operators_own_readiness_probe_is_kept_unless_forced() -> None:
@@ -644,35 +676,39 @@ def test_the_operators_own_readiness_probe_is_kept_unless_forced() -> None:
     assert "--ready" in forced[0]["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["exec"]["command"]
 
 
-def test_no_readiness_and_drain_after_together_are_a_usage_error() -> None:
-    done = run_inject(MANIFEST, "--pyz", os.devnull, "--no-readiness", "--drain-after", "20")
+def test_no_ready_and_drain_after_together_are_a_usage_error() -> None:
+    done = run_inject(MANIFEST, "--pyz", os.devnull, "--no-ready", "--drain-after", "20")
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr == (
-        "stallprobe inject: --drain-after sets the readiness probe, which --no-readiness leaves out: give one of them\n"
+        "stallprobe inject: --drain-after sets the readiness probe, which --no-ready leaves out: give one of them\n"
     )
 
 
 def test_report_only_writes_the_probes_flag_into_liveness_alone() -> None:
-    """--report-only: the liveness probe judges and says, and restarts nothing. It promises no effect, so no
-    readiness probe either, unless --drain-after asks for one (which drains, and never carries the flag)."""
+    """--report-only: the liveness probe judges and says, and restarts nothing. The readiness probe still
+    drains (the rollout's stage 2) and never carries the flag; with --no-ready nothing acts (stage 1)."""
     spec = pod_spec(container(readinessProbe=HEALTH))
-    out, log, _ = inject([workload("Deployment", copy.deepcopy(spec))], InjectConfig(report_only=True), b"")
+    config = parse(["--report-only", "--drain-after", "20"], InjectConfig)
+    assert isinstance(config, InjectConfig)
+    out, log, _ = inject([workload("Deployment", copy.deepcopy(spec))], config, b"")
     c = out[0]["spec"]["template"]["spec"]["containers"][0]
-    assert c["livenessProbe"]["exec"]["command"][-3:] == ["--engine", "vllm", "--report-only"]
-    assert c["readinessProbe"] == HEALTH
+    live, ready = c["livenessProbe"]["exec"]["command"], c["readinessProbe"]["exec"]["command"]
+    assert live[-3:] == ["--engine", "vllm", "--report-only"]
+    assert ready == [*live[:-1], "--ready", "--drain-after", "20"]
     assert log[0].startswith(
         "deployment/llm-deployment container vllm: added the liveness probe, report-only (vllm, port 8000 from "
         "assumed: vllm's default, as its command sets no port): it says a wedged engine is stalled about 120 s "
         "after its last progress (the window) and never fails: nothing is restarted; added a startupProbe"
     )
-    config = parse(["--report-only", "--drain-after", "20"], InjectConfig)
-    assert isinstance(config, InjectConfig)
-    both, log, _ = inject([workload("Deployment", spec)], config, b"")
-    c = both[0]["spec"]["template"]["spec"]["containers"][0]
-    live, ready = c["livenessProbe"]["exec"]["command"], c["readinessProbe"]["exec"]["command"]
-    assert ready == [*live[:-1], "--ready", "--drain-after", "20"]
     assert log[0].endswith(
         "replaced the readiness probe: traffic stops about 25 s after the last progress (drain-after 20 s + period 5 s)"
     )
-    for doc in both:
+    for doc in out:
         validate(doc)
+    quiet = parse(["--report-only", "--no-ready"], InjectConfig)
+    assert isinstance(quiet, InjectConfig)
+    out, log, _ = inject([workload("Deployment", spec)], quiet, b"")
+    c = out[0]["spec"]["template"]["spec"]["containers"][0]
+    assert c["livenessProbe"]["exec"]["command"][-1] == "--report-only"
+    assert c["readinessProbe"] == HEALTH
+    assert "readiness" not in log[0]

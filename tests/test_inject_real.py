@@ -314,7 +314,7 @@ def test_print_probe_gives_the_fields_to_embed() -> None:
     assert out["configMap"]["kind"] == "ConfigMap"
     as_yaml = run("", "--print-probe", "--engine", "llamacpp", "--port", "8080")
     assert yaml.safe_load(as_yaml.stdout)["container"]["startupProbe"]["exec"]["command"][:2] == ["python3", "-I"]
-    bare = run("", "--print-probe", "--engine", "vllm", "--port", "8000", "--no-readiness", "--configmap", "probe")
+    bare = run("", "--print-probe", "--engine", "vllm", "--port", "8000", "--no-ready", "--configmap", "probe")
     fields = yaml.safe_load(bare.stdout)
     assert set(fields["container"]) == {"livenessProbe", "startupProbe", "volumeMounts"}
     assert fields["volumes"][0]["configMap"]["name"] == fields["configMap"]["metadata"]["name"] == "probe"

@@ -515,12 +515,12 @@ STARTUP_BUDGET = Option(
 PRINT_PROBE = Option(
     "--print-probe", "", switch, False, "print only the container fields and the ConfigMap (needs --engine, --port)"
 )
-NO_READINESS = Option(
-    "--no-readiness",
+NO_READY = Option(
+    "--no-ready",
     "",
     switch,
     False,
-    "add no readiness probe (the containers' own stay as they are)",
+    "add no readiness probe: a container's own stays as it is, one inject wrote only asks the health route",
 )
 INJECT_PORT = Option("--port", "PORT", port, None, "with --print-probe: the port the engine serves on", shown="none")
 OUTPUT = Option("--output", "FORMAT", nonempty, "yaml", "with --print-probe: yaml or json")
@@ -588,7 +588,7 @@ INJECT = (
     PYZ,
     PYTHON,
     DRAIN_AFTER,
-    NO_READINESS,
+    NO_READY,
     STARTUP_BUDGET,
     CHECK,
     PRINT_PROBE,

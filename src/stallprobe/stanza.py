@@ -28,6 +28,8 @@ __all__ = [
     "STARTUP_PERIOD",
     "STATE_DIR",
     "Plan",
+    "health_check",
+    "health_readiness_probe",
     "health_route",
     "liveness_probe",
     "probe_command",
@@ -124,24 +126,34 @@ def health_route(engine: str | None) -> str:
     return next((d.health_route for d in DIALECTS if d.name == engine), "/health")
 
 
-def startup_probe(port: int, engine: str | None, loopback: bool, plan: Plan) -> dict[str, Any]:
-    """GET the engine's health route until it answers, for up to the budget. An engine bound to loopback
-    (SGLang's and llama.cpp's default) cannot be reached by the kubelet's httpGet, which dials the pod's
-    IP: there the same GET runs inside the container."""
+def health_check(port: int, engine: str | None, loopback: bool) -> dict[str, Any]:
+    """GET the engine's health route. An engine bound to loopback (SGLang's and llama.cpp's default)
+    cannot be reached by the kubelet's httpGet, which dials the pod's IP: there the same GET runs inside
+    the container."""
     route = health_route(engine)
-    probe: dict[str, Any]
-    if loopback:
-        program = (
-            "import sys, urllib.request as u\n"
-            f"try: u.urlopen('http://127.0.0.1:{port}{route}', timeout=3)\n"
-            "except Exception as e: sys.exit(str(e))"
-        )
-        probe = {"exec": {"command": ["python3", "-I", "-S", "-c", program]}}
-    else:
-        probe = {"httpGet": {"path": route, "port": port}}
+    if not loopback:
+        return {"httpGet": {"path": route, "port": port}}
+    program = (
+        "import sys, urllib.request as u\n"
+        f"try: u.urlopen('http://127.0.0.1:{port}{route}', timeout=3)\n"
+        "except Exception as e: sys.exit(str(e))"
+    )
+    return {"exec": {"command": ["python3", "-I", "-S", "-c", program]}}
+
+
+def startup_probe(port: int, engine: str | None, loopback: bool, plan: Plan) -> dict[str, Any]:
+    """The health check until it passes, for up to the budget."""
+    probe = health_check(port, engine, loopback)
     probe["periodSeconds"] = STARTUP_PERIOD
     probe["timeoutSeconds"] = 5
     probe["failureThreshold"] = math.ceil(plan.startup_budget / STARTUP_PERIOD)
+    return probe
+
+
+def health_readiness_probe(port: int, engine: str | None, loopback: bool) -> dict[str, Any]:
+    """A readinessProbe that only asks the health route: ready once loaded, never drained for a stall."""
+    probe = health_check(port, engine, loopback)
+    probe.update({"periodSeconds": READY_PERIOD, "timeoutSeconds": 5, "successThreshold": 1, "failureThreshold": 3})
     return probe
 
 

@@ -7,7 +7,7 @@ leader template of a LeaderWorkerSet) it decides per container (decide.py, a pur
 container that serves HTTP on a port its manifest shows, with its metrics on, gets the probe; workers,
 sidecars and init containers never do. It replaces a liveness probe that is absent, or a plain HTTP
 check of /health (any other is the operator's and stays unless --force), and the readiness probe the
-same way unless --no-readiness; adds a startupProbe where nothing guards the model's loading; mounts a
+same way unless --no-ready; adds a startupProbe where nothing guards the model's loading; mounts a
 ConfigMap that holds the single-file build, named by its content (stallprobe-<sha256, 10 hex digits>:
 a new build rolls the workload); and emits that ConfigMap last, one per namespace, in place of an older
 build's that nothing mounts any more. Injecting its own output changes nothing, byte for byte.

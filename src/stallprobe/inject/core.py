@@ -20,6 +20,7 @@ from ..stanza import (
     READY_PERIOD,
     STATE_DIR,
     Plan,
+    health_readiness_probe,
     health_route,
     liveness_probe,
     probe_command,
@@ -27,7 +28,7 @@ from ..stanza import (
     restart_after,
     startup_probe,
 )
-from .decide import Choice, Decision, decide
+from .decide import Choice, Decision, decide, is_ours
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -90,7 +91,7 @@ class InjectConfig(EngineSettings):
     pyz: str | None
     python: str | None
     drain_after: float
-    no_readiness: bool
+    no_ready: bool
     startup_budget: float
     check: bool
     print_probe: bool
@@ -100,14 +101,13 @@ class InjectConfig(EngineSettings):
 
 def plan_of(config: InjectConfig) -> Plan:
     """The stanza's plan from the configuration: the probe's engine flags that were given, as its command
-    line takes them (--window and --engine are always written, so left out here, and --report-only goes
-    to the liveness probe alone: a readiness probe that always answers ready would route to an engine
-    still loading), and the readiness probe unless --no-readiness, or --report-only without --drain-after,
-    leaves it out. UsageError when --no-readiness and --drain-after are both given."""
+    line takes them (--window and --engine are always written, so left out here; --report-only goes to
+    the liveness probe alone, as the readiness probe, which only moves traffic, acts even then: the
+    second stage of a rollout), and the readiness probe unless --no-ready leaves it out. UsageError when
+    --no-ready and --drain-after are both given."""
     asked = "drain_after" in config.given
-    if config.no_readiness and asked:
-        raise UsageError("--drain-after sets the readiness probe, which --no-readiness leaves out: give one of them")
-    ready = not config.no_readiness and (asked or not config.report_only)
+    if config.no_ready and asked:
+        raise UsageError("--drain-after sets the readiness probe, which --no-ready leaves out: give one of them")
     return Plan(
         window=config.window,
         timeout=config.timeout,
@@ -115,7 +115,7 @@ def plan_of(config: InjectConfig) -> Plan:
         failure=config.failure_threshold,
         probe_args=given_flags(config, PASSED_ON, leave_out=("--window", "--engine", "--report-only")),
         startup_budget=config.startup_budget,
-        drain_after=config.drain_after if ready else None,
+        drain_after=None if config.no_ready else config.drain_after,
         report_only=config.report_only,
     )
 
@@ -216,7 +216,7 @@ def volume(name: str) -> dict[str, Any]:
     return {"name": VOLUME, "configMap": {"name": name, "defaultMode": 0o444}}
 
 
-def _line(where: str, decision: Decision, plan: Plan, changed: bool) -> str:
+def _line(where: str, decision: Decision, plan: Plan, changed: bool, undrained: bool = False) -> str:
     engine = decision.engine or "engine from the page"
     if not changed:
         return f"{where}: already injected, unchanged ({engine}, port {decision.port})"
@@ -247,6 +247,11 @@ def _line(where: str, decision: Decision, plan: Plan, changed: bool) -> str:
         parts.append(
             f"added a startupProbe (GET {route} on port {decision.port} {how}; liveness waits up to "
             f"{num(plan.startup_budget)} s for the model to load: --startup-budget)"
+        )
+    if undrained:
+        parts.append(
+            f"made the readiness probe inject wrote a plain check of {health_route(decision.engine)} again "
+            "(--no-ready: no draining)"
         )
     if decision.readiness == "kept":
         parts.append("kept its own readiness probe (--force replaces it)")
@@ -307,6 +312,10 @@ class _Walk:
                 _enable_metrics(container, decision.enable)
                 here = True
             fields = container_fields(decision, self.plan, old, state_volume)
+            # --no-ready after a run that drained: the probe inject wrote only asks the health route now.
+            undrained = self.plan.drain_after is None and is_ours(container.get("readinessProbe"))
+            if undrained:
+                fields["readinessProbe"] = health_readiness_probe(decision.port, decision.engine, decision.loopback)
             for key in ("livenessProbe", "startupProbe", "readinessProbe"):
                 if key in fields:
                     here = _set(container, key, fields[key]) or here
@@ -314,7 +323,7 @@ class _Walk:
             for mount in fields["volumeMounts"]:
                 here = _put(mounts, mount) or here
             needs_state = needs_state or state_volume
-            self.log.append(_line(label, decision, self.plan, here))
+            self.log.append(_line(label, decision, self.plan, here, undrained and here))
             probed = True
             changed = changed or here
         if probed:
