@@ -38,9 +38,9 @@ def probe_args(settings: LookSettings, *, key_needed: bool, server_load: bool) -
 
 def plan(settings: LookSettings, args: list[str]) -> Plan:
     """inject's plan for these settings: its window and timeout, the kubelet's period and failure
-    threshold (inject's defaults), and the readiness probe's drain window when --drain-after was given."""
-    drain = settings.drain_after if "drain_after" in settings.given else None
-    return Plan(window=settings.window, timeout=settings.timeout, probe_args=args, drain_after=drain)
+    threshold (inject's defaults), and the readiness probe's drain window (inject writes the readiness
+    probe unless told not to)."""
+    return Plan(window=settings.window, timeout=settings.timeout, probe_args=args, drain_after=settings.drain_after)
 
 
 def _loopback(engine: str) -> bool:
@@ -52,7 +52,7 @@ def _loopback(engine: str) -> bool:
 
 def probes(url: str, dialect: Dialect, stanza_plan: Plan) -> dict[str, Any]:
     """The container's probes, as inject writes them into a container of this engine serving on the
-    URL's port with no startup guard of its own: liveness, startup, and readiness with --drain-after."""
+    URL's port with no startup guard of its own: liveness, startup and readiness."""
     _, port, _ = parse_url(url)
     command = probe_command(port, dialect.name, stanza_plan)
     fields: dict[str, Any] = {"livenessProbe": liveness_probe(command, stanza_plan)}
