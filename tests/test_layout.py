@@ -4,6 +4,7 @@ below it (README, "Development"). A new module must be given its layer here."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,9 @@ LAYERS = {
     "stallprobe.engines": 2,
     "stallprobe.serving": 0,  # data: how each engine's server is started
     "stallprobe.watch.hooks": 1,
+    # inject's pure decision per container, and the shell splitting it reads (the core floor).
+    "stallprobe.inject.shell": 1,
+    "stallprobe.inject.decide": 3,
     # The edges: HTTP, the state file, the single-file build.
     "stallprobe.scrape": 2,
     "stallprobe.statefile": 2,
@@ -45,9 +49,7 @@ LAYERS = {
     "stallprobe.inject": 7,
     "stallprobe.inject.command": 7,
     "stallprobe.inject.core": 7,
-    "stallprobe.inject.decide": 7,
     "stallprobe.inject.manifests": 7,
-    "stallprobe.inject.shell": 7,
     "stallprobe.inject.splice": 7,
     "stallprobe.watch": 7,
     "stallprobe.watch.command": 7,
@@ -145,3 +147,39 @@ def test_imports_point_down(name: str) -> None:
         if target == "stallprobe":  # the version, from the package
             continue
         assert LAYERS[target] < LAYERS[name] or (name, target) in PEERS, f"{name} imports {target}"
+
+
+def floors() -> dict[str, int]:
+    """Each module's floor in CONTRIBUTING.md's table (0 the top row): a folder stands for its modules,
+    but those named on a row of their own."""
+    text = (REPO / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    head = text.index("| floor | modules | may do |")
+    rows = [line for line in text[head:].split("\n\n", 1)[0].splitlines()[2:] if line.startswith("|")]
+    named: dict[str, int] = {}
+    folders: dict[str, int] = {}
+    for number, row in enumerate(rows):
+        for entry in re.findall(r"`([\w/]+(?:\.py|/))`", row.split("|")[2]):
+            if entry.endswith("/"):
+                folders["stallprobe." + entry.strip("/").replace("/", ".")] = number
+            else:
+                parts = entry.removesuffix(".py").removesuffix("__init__").strip("/").split("/")
+                named[".".join(["stallprobe", *[p for p in parts if p]])] = number
+    found = dict(named)
+    for name in modules():
+        if name not in found:
+            owner = [folder for folder in folders if name == folder or name.startswith(folder + ".")]
+            if owner:
+                found[name] = folders[owner[0]]
+    return found
+
+
+def test_contributing_puts_every_module_on_one_floor() -> None:
+    on_floors = floors()
+    assert set(on_floors) == set(modules()), set(modules()) ^ set(on_floors)
+
+
+@pytest.mark.parametrize("name", sorted(LAYERS))
+def test_imports_come_from_the_same_floor_or_above(name: str) -> None:
+    on_floors = floors()
+    for target in imports(name, modules()[name]):
+        assert on_floors[target] <= on_floors[name], f"{name} (floor {on_floors[name]}) imports {target}"
