@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from ..observe import Observation
     from ..options import LookSettings
 
-__all__ = ["First", "first_contact", "not_an_engine", "present"]
+__all__ = ["First", "family_state", "first_contact", "not_an_engine"]
 
 # The families vLLM's API server publishes through its FastAPI instrumentation, with or without its own.
 _FASTAPI_FAMILIES = ("http_requests_total", "http_request_duration_highr_seconds")
@@ -143,7 +143,7 @@ def first_contact(url: str, settings: LookSettings, key_from: str, clock: Callab
     return first
 
 
-def present(page: bytes | None, family: str) -> str:
+def family_state(page: bytes | None, family: str) -> str:
     """Whether `family` is on the page: "samples", "declared" (HELP/TYPE, no samples yet) or "" (not)."""
     if page is None:
         return ""
@@ -159,7 +159,7 @@ def not_an_engine(page: bytes | None, engine: str, why: str) -> str:
             "none: not a metrics page, the server sent HTML. Is the URL the engine's own /metrics? (a web UI, a "
             "proxy or a login page answers here)"
         )
-    fastapi = any(present(page, name) for name in _FASTAPI_FAMILIES)
+    fastapi = any(family_state(page, name) for name in _FASTAPI_FAMILIES)
     if fastapi and page is not None and b"vllm:" not in page and engine in ("auto", "vllm"):
         flag = SERVING["vllm"].metrics_off[0]
         return (

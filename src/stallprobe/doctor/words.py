@@ -14,7 +14,7 @@ from __future__ import annotations
 from ..detector import Verdict
 from ..report import describe, num, precision, ready_line, secs
 from ..stanza import restart_after
-from .first import present
+from .first import family_state
 from .looks import BUSY, MOVING, loads
 
 TYPE_CHECKING = False
@@ -65,9 +65,9 @@ def progress_lines(config: LookSettings, dialect: Dialect, page: bytes | None, l
             seen_signals.update(sample.signals)
     heartbeats = []
     for family in dict.fromkeys((*dialect.signals, *config.progress_metric)):
-        if family in seen_signals or present(page, family) == "samples":
+        if family in seen_signals or family_state(page, family) == "samples":
             heartbeats.append(family)
-        elif present(page, family) == "declared":
+        elif family_state(page, family) == "declared":
             heartbeats.append(f"{family} (declared, no samples yet)")
     text = f"the token counters {dialect.prompt} and {dialect.generation}"
     if heartbeats:
@@ -113,7 +113,7 @@ def waiting_lines(config: LookSettings, dialect: Dialect, page: bytes | None) ->
         text = "--include-waiting=always: every waiting request counts as work the engine owes"
     elif config.include_waiting is False:
         text = "--include-waiting=never: waiting requests never count, only running ones do"
-    elif owing.family and present(page, owing.family):
+    elif owing.family and family_state(page, owing.family):
         text = (
             f"the page tells requests waiting for capacity from those the engine defers ({owing.family}): "
             "requests waiting for capacity while nothing runs are owed work, and judged"
@@ -159,7 +159,7 @@ def pause_lines(dialect: Dialect, page: bytes | None, looks: Looks) -> Topics:
         else:
             how = "answers, not as vLLM does" if reply.code == 200 else reply.why
             texts.append(f"{route} {how}: the probe takes that as not paused.")
-    signs = list(dict.fromkeys(sign.family for sign in dialect.pause_signs if present(page, sign.family)))
+    signs = list(dict.fromkeys(sign.family for sign in dialect.pause_signs if family_state(page, sign.family)))
     if signs:
         texts.append(
             f"The page shows {', '.join(signs)}: an engine asleep or held for a weight update is paused, never stalled."
