@@ -141,10 +141,18 @@ def test_every_workload_kind_gets_the_probe_and_stays_valid(kind: str) -> None:
             "llamacpp",
             7000,
         ),
-        (
-            container(ports=[{"name": "grpc", "containerPort": 9999}, {"name": "http", "containerPort": 8888}]),
+        (  # a script the manifest does not show, in the container --container names: its port named http
+            container(
+                command=["/start.sh"],
+                ports=[{"name": "grpc", "containerPort": 9999}, {"name": "http", "containerPort": 8888}],
+            ),
             "vllm",
             8888,
+        ),
+        (  # the image's entrypoint runs vLLM, on its default 8000 here: a port named http elsewhere is not it
+            container(ports=[{"name": "grpc", "containerPort": 9999}, {"name": "http", "containerPort": 8888}]),
+            "vllm",
+            0,
         ),
         (container(image="nginx:1.27", ports=[{"containerPort": 80}]), None, 80),
         (container(args=["--port", "\u00b2"]), "vllm", 0),  # not a port: skipped, never guessed
@@ -210,7 +218,10 @@ def test_read_only_root_gets_an_emptydir_for_the_state() -> None:
 
 def test_timing_flags_reach_the_probe_and_the_report() -> None:
     options = Options(pyz=b"", window=300, timeout=4.5, period=15, failure=5, engine="sglang")
-    entry = container(args=["--enable-metrics", "--port", "30000"])
+    entry = container(
+        image="lmsysorg/sglang:v0.5",
+        command=["python3", "-m", "sglang.launch_server", "--enable-metrics", "--port", "30000"],
+    )
     out, log, _ = inject([workload("Deployment", pod_spec(entry))], options)
     probe = probe_of(out[0])
     assert probe["exec"]["command"][7:] == ["--window", "300", "--timeout", "4.5", "--engine", "sglang"]

@@ -488,7 +488,14 @@ STARTUP_BUDGET = Option(
 PRINT_PROBE = Option(
     "--print-probe", "", switch, False, "print only the container fields and the ConfigMap (needs --engine, --port)"
 )
-INJECT_PORT = Option("--port", "PORT", port, None, "with --print-probe: the port the engine serves on", shown="none")
+INJECT_PORT = Option(
+    "--port",
+    "PORT",
+    port,
+    None,
+    "the port the engine serves HTTP on, where the manifest does not show it (with --container); --print-probe's",
+    shown="none",
+)
 OUTPUT = Option("--output", "FORMAT", nonempty, "yaml", "with --print-probe: yaml or json")
 
 # How an engine's page is read and judged: the same for the probe, watch, and the probes inject writes.

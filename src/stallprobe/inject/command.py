@@ -175,6 +175,7 @@ def options_of(config: InjectConfig, pyz: bytes) -> Options:
         probe_args=_probe_args(config),
         startup_budget=config.startup_budget,
         drain_after=config.drain_after if "drain_after" in config.given else None,
+        port=config.port,
     )
 
 

@@ -17,7 +17,7 @@ from ..observe import kubelet_timeout
 from ..options import DEFAULT_FAILURE_THRESHOLD, DEFAULT_PERIOD, DEFAULT_STARTUP_BUDGET, DEFAULT_TIMEOUT
 from ..pyz import launcher
 from ..report import num
-from .decide import PYZ_KEY, Choice, Decision, decide
+from .decide import PYZ_KEY, Choice, Context, Decision, decide
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -63,6 +63,7 @@ class Options:
         "failure",
         "force",
         "period",
+        "port",
         "probe_args",
         "pyz",
         "startup_budget",
@@ -87,6 +88,7 @@ class Options:
         probe_args: Sequence[str] = (),
         startup_budget: float = DEFAULT_STARTUP_BUDGET,
         drain_after: float | None = None,
+        port: int | None = None,
     ) -> None:
         self.configmap = configmap
         self.container = container
@@ -102,6 +104,7 @@ class Options:
         self.probe_args = tuple(probe_args)
         self.startup_budget = startup_budget
         self.drain_after = drain_after  # None: no readiness probe
+        self.port = port  # the port the engine serves HTTP on, when the manifest does not show it
 
 
 def _dig(doc: Any, path: Sequence[str]) -> Any:
@@ -119,14 +122,56 @@ def pod_specs(doc: Any) -> Iterator[dict[str, Any]]:
 
 
 def _templates(doc: Any) -> Iterator[tuple[dict[str, Any], str]]:
+    for spec, role, _ in _templates_labelled(doc):
+        yield spec, role
+
+
+def _templates_labelled(doc: Any) -> Iterator[tuple[dict[str, Any], str, dict[str, Any]]]:
+    """Each pod template's spec, its role, and its pod's labels (those the manifest gives)."""
     if not isinstance(doc, dict):
         return
     paths = TEMPLATE_PATHS.get(str(doc.get("kind")), [])
     shared = doc.get("kind") == "LeaderWorkerSet" and _dig(doc, paths[0][0]) is None
     for path, role in paths:
         spec = _dig(doc, path)
+        labels = _dig(doc, (*path[:-1], "metadata", "labels"))
         if isinstance(spec, dict):
-            yield spec, "shared" if shared else role
+            yield spec, "shared" if shared else role, labels if isinstance(labels, dict) else {}
+
+
+class Surroundings:
+    """What decide reads beside a container, per namespace: the ConfigMaps' data (name to data) and the
+    Services (to find those selecting a pod). A document without a namespace is in the one the tool
+    applying it picks: the same as another document without one, never the same as a named one."""
+
+    def __init__(self, docs: list[Any]) -> None:
+        self.configmaps: dict[Any, dict[str, dict[str, str]]] = {}
+        self.services: dict[Any, list[dict[str, Any]]] = {}
+        for doc in flatten(docs):
+            if not isinstance(doc, dict):
+                continue
+            namespace = _dig(doc, ("metadata", "namespace"))
+            data = doc.get("data")
+            if doc.get("kind") == "ConfigMap" and isinstance(data, dict):
+                name = str(_dig(doc, ("metadata", "name")))
+                self.configmaps.setdefault(namespace, {})[name] = {str(k): str(v) for k, v in data.items()}
+            spec = doc.get("spec")
+            if doc.get("kind") == "Service" and isinstance(spec, dict):
+                self.services.setdefault(namespace, []).append(spec)
+
+    def context(self, namespace: Any, labels: dict[str, Any]) -> Context:
+        """The ConfigMaps of the namespace, and the ports of its Services whose selector selects a pod
+        with these labels (a Service without a selector selects none)."""
+        ports: list[Any] = []
+        for spec in self.services.get(namespace, []):
+            selector = spec.get("selector")
+            if (
+                isinstance(selector, dict)
+                and selector
+                and all(str(labels.get(k)) == str(v) and k in labels for k, v in selector.items())
+            ):
+                ports += spec.get("ports") or []
+        return Context(self.configmaps.get(namespace, {}), ports)
 
 
 def _has_containers(node: Any, depth: int = 0) -> bool:
@@ -286,18 +331,22 @@ def _line(where: str, decision: Decision, options: Options, changed: bool) -> st
 
 
 def inject_pod(
-    spec: dict[str, Any], role: str, options: Options, where: str, log: list[str]
+    spec: dict[str, Any], role: str, options: Options, where: str, log: list[str], *, context: Context | None = None
 ) -> tuple[bool, bool, bool]:
     """Inject into the containers of one pod spec: (any container probed, anything changed, any seen)."""
     choice = Choice(
-        container=options.container, engine=options.engine, force=options.force, drain=options.drain_after is not None
+        container=options.container,
+        engine=options.engine,
+        force=options.force,
+        drain=options.drain_after is not None,
+        port=options.port,
     )
     probed = changed = seen = False
     needs_state = False
     for container in spec.get("containers") or []:
         if not isinstance(container, dict):
             continue
-        decision = decide(container, role, choice)
+        decision = decide(container, role, choice, context)
         if decision.action == "ignore":
             continue
         seen = True
@@ -367,6 +416,7 @@ def inject(docs: list[Any], options: Options) -> tuple[list[Any], list[str], set
     namespaces: list[str | None] = []
     changed: set[int] = set()
     seen = False
+    surroundings = Surroundings(docs)
     for index, top in enumerate(docs):
         for doc in flatten([top]):
             kind = doc.get("kind") if isinstance(doc, dict) else None
@@ -379,8 +429,9 @@ def inject(docs: list[Any], options: Options) -> tuple[list[Any], list[str], set
                     )
                     seen = True
                 continue
-            for spec, role in _templates(doc):
-                probed, here, any_seen = inject_pod(spec, role, options, where, log)
+            for spec, role, labels in _templates_labelled(doc):
+                context = surroundings.context(_dig(doc, ("metadata", "namespace")), labels)
+                probed, here, any_seen = inject_pod(spec, role, options, where, log, context=context)
                 seen = seen or any_seen
                 if here:
                     changed.add(index)
