@@ -295,12 +295,12 @@ def _port_of(
         names = references(text)
         if own is None:
             why = f"its port is {text}: " + (env.why(names[0]) if names else "not a port (1-65535)")
+    elif variable in env.unknown:
+        why = f"its port is not known: {env.why(variable)}"
     elif variable in env.values:
         own, own_from = _port(env.values[variable]), variable
         if own is None:
             why = f"its {variable} is {env.values[variable]!r}, not a port"
-    elif variable in env.unknown:
-        why = f"its port is not known: {env.why(variable)}"
     if choice.port is not None:
         if own is not None and own != choice.port:
             return f"its port is {own} ({own_from}), not the {choice.port} --port gives"

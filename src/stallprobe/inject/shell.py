@@ -112,15 +112,15 @@ def environment(container: Mapping[str, Any], configmaps: Mapping[str, Mapping[s
         if not isinstance(source, dict):
             env.values[name] = k8s_expand(str(entry.get("value", "")), env.values)
             continue
-        configmap = _refs(source, "configMapKeyRef")
-        key = str(source["configMapKeyRef"].get("key")) if configmap else ""
-        if configmap in maps and key in maps[configmap]:
-            env.values[name] = str(maps[configmap][key])
-        elif configmap in maps:
-            if source["configMapKeyRef"].get("optional") is not True:  # the container does not start
+        ref = source.get("configMapKeyRef")
+        if isinstance(ref, dict):
+            configmap, key = str(ref.get("name")), str(ref.get("key"))
+            if configmap not in maps:
+                env.unknown[name] = f"key {key} of ConfigMap {configmap}, which is not in the input"
+            elif key in maps[configmap]:
+                env.values[name] = str(maps[configmap][key])
+            elif ref.get("optional") is not True:  # the container does not start
                 env.unknown[name] = f"key {key} of ConfigMap {configmap}, which has no such key"
-        elif configmap:
-            env.unknown[name] = f"key {key} of ConfigMap {configmap}, which is not in the input"
         elif _refs(source, "secretKeyRef"):
             env.unknown[name] = f"from Secret {_refs(source, 'secretKeyRef')}, which inject does not read"
         else:
