@@ -287,30 +287,29 @@ def _port_of(
     flagged = servers or (lines if choice.container is not None else [])
     text = next((flag_value(w, flags) for w in reversed(flagged) if flag_value(w, flags) is not None), None)
     # Its own port variable, when anything may set it: given, unknown, or perhaps from an unread envFrom.
-    variable = next((v for v in (serving.port_env if serving else ()) if not env.unset(v)), "")
-    own: int | None = None
-    own_from = why = ""
+    maybe = [v for v in (serving.port_env if serving else ()) if not env.unset(v)]
+    own: tuple[int, str] | str | None = None  # what its own flag or variable says: the port, or why not
     if text is not None:
-        own, own_from = _port(text), f"{flags[0]} in its command"
+        port = _port(text)
         names = references(text)
-        if own is None:
-            why = f"its port is {text}: " + (env.why(names[0]) if names else "not a port (1-65535)")
-    elif variable in env.unknown:
-        why = f"its port is not known: {env.why(variable)}"
-    elif variable in env.values:
-        own, own_from = _port(env.values[variable]), variable
-        if own is None:
-            why = f"its {variable} is {env.values[variable]!r}, not a port"
+        own = (
+            (port, f"{flags[0]} in its command")
+            if port
+            else f"its port is {text}: " + (env.why(names[0]) if names else "not a port (1-65535)")
+        )
+    elif maybe and maybe[0] in env.unknown:
+        own = f"its port is not known: {env.why(maybe[0])}"
+    elif maybe and maybe[0] in env.values:
+        port = _port(env.values[maybe[0]])
+        own = (port, maybe[0]) if port else f"its {maybe[0]} is {env.values[maybe[0]]!r}, not a port"
     if choice.port is not None:
-        if own is not None and own != choice.port:
-            return f"its port is {own} ({own_from}), not the {choice.port} --port gives"
+        if isinstance(own, tuple) and own[0] != choice.port:
+            return f"its port is {own[0]} ({own[1]}), not the {choice.port} --port gives"
         return choice.port, "--port given to inject"
-    if why:
-        return why
     if own is not None:
-        return own, own_from
+        return own
     declared = _declared(container, context)
-    if servers and not variable:  # the engine's server, nothing setting its port: its default
+    if servers and not maybe:  # the engine's server, nothing setting its port: its default
         default = next(d.port for d in DIALECTS if d.name == engine)
         if isinstance(declared, tuple):
             # An engine that reads a port variable may have it from its image's ENV, which the manifest
@@ -330,8 +329,8 @@ def _port_of(
         )
     if isinstance(declared, tuple) and (servers or choice.container is not None):
         return declared
-    if variable:
-        return f"its port is not known: {env.why(variable)}"
+    if maybe:
+        return f"its port is not known: {env.why(maybe[0])}"
     if choice.container is not None:
         return f"its port is unknown: no port flag, and {declared or 'no containerPort'}"
     if container.get("command") and lines:  # a script run by a shell is named with it: `bash start.sh`
@@ -389,7 +388,7 @@ def decide(container: Mapping[str, Any], role: str, choice: Choice, context: Con
     enable = ("", "")
     if serving is not None:
         on = has_flag(server_words, serving.metrics_on) or any(
-            env.values.get(variable, "").lower() in TRUE for variable in serving.metrics_env
+            variable in env.values and env.values[variable].lower() in TRUE for variable in serving.metrics_env
         )
         if serving.metrics_on and not on:
             raw = _words(container)

@@ -53,12 +53,10 @@ class Env:
 
     __slots__ = ("hidden", "unknown", "values")
 
-    def __init__(
-        self, values: dict[str, str] | None = None, unknown: dict[str, str] | None = None, hidden: str = ""
-    ) -> None:
+    def __init__(self, values: dict[str, str] | None = None, unknown: dict[str, str] | None = None) -> None:
         self.values = values or {}
         self.unknown = unknown or {}
-        self.hidden = hidden  # the last envFrom inject cannot read, or ""
+        self.hidden: list[str] = []  # each envFrom inject cannot read
 
     def unset(self, name: str) -> bool:
         """Whether the variable is surely not set."""
@@ -69,7 +67,7 @@ class Env:
         if name in self.unknown:
             return f"{name} is {self.unknown[name]}"
         if self.hidden:
-            return f"{name} may come from {self.hidden}"
+            return f"{name} may come from {self.hidden[-1]}"
         return f"{name} is set nowhere in the manifest"
 
 
@@ -98,7 +96,7 @@ def environment(container: Mapping[str, Any], configmaps: Mapping[str, Mapping[s
                 if name
                 else (f"Secret {_refs(source, 'secretRef')}, which inject does not read")
             )
-            env.hidden = f"its envFrom {where}"
+            env.hidden.append(f"its envFrom {where}")
             # What came before may be overwritten by it.
             env.unknown.update(dict.fromkeys(env.values, f"perhaps overwritten by its envFrom {where}"))
             env.values.clear()
