@@ -1084,6 +1084,13 @@ ROWS: list[tuple[str, dict[str, Any], dict[str, Any], dict[str, Any], tuple[int,
         settle("its port is unknown: no port flag, and its containerPort is 'x', not a port"),
     ),
     (
+        "named: containerPort 0",
+        c(**WRAPPER, ports=ports((None, 0))),
+        NAMED,
+        {},
+        settle("its port is unknown: no port flag, and its containerPort is '0', not a port"),
+    ),
+    (
         "named: a containerPort past what int() converts",
         c(**WRAPPER, ports=ports((None, "9" * 5000))),
         NAMED,
