@@ -409,5 +409,8 @@ def test_container_settles_a_rendered_chart_whose_image_the_manifest_does_not_sh
         engine["startupProbe"]
         == yaml.safe_load(text.split("---")[3])["spec"]["template"]["spec"]["containers"][0]["startupProbe"]
     )  # its own, kept
-    given = run(text, "--port", "2080")
+    given = run(text, "--container", "vllm", "--port", "2080")
     assert "port 2080 from --port given to inject" in given.stderr
+    alone = run(text, "--port", "2080")
+    assert (alone.returncode, alone.stdout) == (ExitCode.USAGE, "")
+    assert "--port needs --container NAME" in alone.stderr

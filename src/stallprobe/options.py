@@ -493,7 +493,7 @@ INJECT_PORT = Option(
     "PORT",
     port,
     None,
-    "the port the engine serves HTTP on, where the manifest does not show it (with --container); --print-probe's",
+    "with --container: the port its engine serves HTTP on, where the manifest does not show it; --print-probe's",
     shown="none",
 )
 OUTPUT = Option("--output", "FORMAT", nonempty, "yaml", "with --print-probe: yaml or json")

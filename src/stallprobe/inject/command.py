@@ -161,6 +161,9 @@ def _say(lines: list[str]) -> None:
 
 
 def options_of(config: InjectConfig, pyz: bytes) -> Options:
+    if config.port is not None and config.container is None and not config.print_probe:
+        # One port for every engine in a chart would probe some on a port that is not theirs.
+        raise InjectError("--port needs --container NAME: it is the port of the one container it names")
     return Options(
         configmap=config.configmap or "stallprobe",
         container=config.container,
