@@ -1,5 +1,6 @@
 """inject's decision per container, as a table: one container, its pod's role, the options, and what must
-be decided (action, port, where the port came from, what is turned on, the startup guard)."""
+be decided (action, port, where the port came from, what is turned on, the startup guard). The port has
+a table of its own (ROWS): one row per place a port is read from, one per way a manifest leaves it open."""
 
 from __future__ import annotations
 
