@@ -150,10 +150,18 @@ def test_every_workload_kind_gets_the_probe_and_stays_valid(kind: str) -> None:
             "llamacpp",
             7000,
         ),
-        (
-            container(ports=[{"name": "grpc", "containerPort": 9999}, {"name": "http", "containerPort": 8888}]),
+        (  # a script the manifest does not show, in the container --container names: its port named http
+            container(
+                command=["/start.sh"],
+                ports=[{"name": "grpc", "containerPort": 9999}, {"name": "http", "containerPort": 8888}],
+            ),
             "vllm",
             8888,
+        ),
+        (  # the image's entrypoint runs vLLM, on its default 8000 here: a port named http elsewhere is not it
+            container(ports=[{"name": "grpc", "containerPort": 9999}, {"name": "http", "containerPort": 8888}]),
+            "vllm",
+            0,
         ),
         (container(image="nginx:1.27", ports=[{"containerPort": 80}]), None, 80),
         (container(args=["--port", "\u00b2"]), "vllm", 0),  # not a port: skipped, never guessed
@@ -170,6 +178,92 @@ def test_only_inference_containers_are_touched() -> None:
     out, _, _ = inject([workload("Deployment", spec)], InjectConfig(), b"")
     sidecar = out[0]["spec"]["template"]["spec"]["containers"][1]
     assert sidecar == container(name="sidecar", image="envoyproxy/envoy:v1")
+
+
+def test_the_probe_targets_the_engine_never_a_proxy_sidecar_holding_the_services_port() -> None:
+    """An auth proxy in the engine's pod holds the port its Service targets; --engine names the probe's
+    dialect, not the containers: the proxy is never probed, even when its upstream names vLLM."""
+    proxy = container(
+        name="auth",
+        image="quay.io/oauth2-proxy/oauth2-proxy:v7.6.0",
+        args=["--http-address=0.0.0.0:4180", "--upstream=http://vllm.inference.svc:8000"],
+        ports=[{"name": "http", "containerPort": 4180}],
+    )
+    envoy = container(name="envoy", image="envoyproxy/envoy:v1", ports=[{"name": "http", "containerPort": 8443}])
+    engine = container(args=["--model", "m"], ports=[{"name": "api", "containerPort": 8000}])
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "llm", "namespace": "inference"},
+        "spec": {"selector": {"app": "llm"}, "ports": [{"name": "http", "port": 443, "targetPort": "http"}]},
+    }
+    out, log, _ = inject(
+        [workload("Deployment", pod_spec(proxy, envoy, engine)), service], InjectConfig(engine="vllm"), b""
+    )
+    auth, side, vllm = out[0]["spec"]["template"]["spec"]["containers"]
+    assert (auth, side) == (proxy, envoy)  # not a byte added
+    assert "http://127.0.0.1:8000/metrics" in vllm["livenessProbe"]["exec"]["command"]
+    assert vllm["startupProbe"]["httpGet"]["port"] == 8000
+    assert log[0] == (
+        "deployment/llm-deployment container auth: skipped: its port is not proven: its image "
+        "quay.io/oauth2-proxy/oauth2-proxy:v7.6.0 runs an entrypoint the manifest does not show (--container auth "
+        "--port N settles it)"
+    )
+    assert "container vllm: added the liveness probe (vllm, port 8000 from its containerPort)" in log[1]
+
+
+@pytest.mark.parametrize(
+    ("service", "port"),
+    [
+        ({"metadata": {"name": "s", "namespace": "inference"}, "spec": {"selector": {"app": "llm"}}}, 8000),
+        ({"metadata": {"name": "s", "namespace": "elsewhere"}, "spec": {"selector": {"app": "llm"}}}, 0),
+        ({"metadata": {"name": "s", "namespace": "inference"}, "spec": {"selector": {"app": "other"}}}, 0),
+        ({"metadata": {"name": "s", "namespace": "inference"}, "spec": {"selector": {"tier": "llm"}}}, 0),
+        ({"metadata": {"name": "s", "namespace": "inference"}, "spec": {"selector": {}}}, 0),
+        ({"metadata": {"name": "s", "namespace": "inference"}, "spec": {}}, 0),
+        ({"metadata": {"name": "s", "namespace": "inference"}, "spec": "x"}, 0),
+    ],
+    ids=["selects it", "another namespace", "another app", "a label it lacks", "empty selector", "none", "bad"],
+)
+def test_a_service_names_the_http_port_only_of_pods_it_selects(service: dict[str, Any], port: int) -> None:
+    """A wrapper script with two unnamed ports: a Service port named http, targeting one of them by name,
+    says which serves HTTP, when it is in the pod's namespace and its selector selects the pod."""
+    ports = [{"name": "engine", "containerPort": 8000}, {"name": "kv", "containerPort": 5557}]
+    engine = container(command=["bash", "/start.sh"], ports=ports)
+    spec = service["spec"]
+    if isinstance(spec, dict):
+        spec["ports"] = [{"name": "http", "port": 80, "targetPort": "engine"}]
+    doc = {"apiVersion": "v1", "kind": "Service", **service}
+    out, log, _ = inject([workload("Deployment", pod_spec(engine)), doc], InjectConfig(container="vllm"), b"")
+    probed = out[0]["spec"]["template"]["spec"]["containers"][0]
+    if port:
+        assert f"http://127.0.0.1:{port}/metrics" in probed["livenessProbe"]["exec"]["command"]
+    else:
+        assert "livenessProbe" not in probed
+        assert "none of its containerPorts (8000, 5557) is named for HTTP" in log[0]
+
+
+def test_configmaps_are_read_from_the_workloads_namespace_only() -> None:
+    engine = container(args=["--port", "$(PORT)"], envFrom=[{"configMapRef": {"name": "cfg"}}])
+
+    def configmap(namespace: str | None, port: str) -> dict[str, Any]:
+        metadata: dict[str, Any] = {"name": "cfg"}
+        if namespace:
+            metadata["namespace"] = namespace
+        return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": {"PORT": port}}
+
+    for namespace, configmaps, port in [
+        ("inference", [configmap("other", "1"), configmap("inference", "8123")], 8123),
+        (None, [configmap("inference", "1"), configmap(None, "8124")], 8124),
+        ("inference", [configmap(None, "1")], 0),
+    ]:
+        docs = [workload("Deployment", pod_spec(copy.deepcopy(engine)), namespace=namespace), *configmaps]
+        out, log, _ = inject(docs, InjectConfig(), b"")
+        probed = out[0]["spec"]["template"]["spec"]["containers"][0]
+        if port:
+            assert f"http://127.0.0.1:{port}/metrics" in probed["livenessProbe"]["exec"]["command"]
+        else:
+            assert "PORT may come from its envFrom ConfigMap cfg, which is not in the input" in log[0]
 
 
 def test_container_flag_picks_one_by_name() -> None:
@@ -221,7 +315,10 @@ def test_read_only_root_gets_an_emptydir_for_the_state() -> None:
 
 def test_timing_flags_reach_the_probe_and_the_report() -> None:
     config = InjectConfig(window=300.0, timeout=4.5, period=15, failure_threshold=5, engine="sglang")
-    entry = container(args=["--enable-metrics", "--port", "30000"])
+    entry = container(
+        image="lmsysorg/sglang:v0.5",
+        command=["python3", "-m", "sglang.launch_server", "--enable-metrics", "--port", "30000"],
+    )
     out, log, _ = inject([workload("Deployment", pod_spec(entry))], config, b"")
     probe = probe_of(out[0])
     assert probe["exec"]["command"][7:] == ["--window", "300", "--timeout", "4.5", "--engine", "sglang"]
@@ -641,7 +738,10 @@ def test_no_ready_leaves_readiness_as_it_is() -> None:
     [
         (container(args=["--port", "8000"]), {"httpGet": {"path": "/health", "port": 8000}}),
         (
-            container(image="lmsysorg/sglang:v0.5", args=["--port", "30000", "--enable-metrics"]),
+            container(
+                image="lmsysorg/sglang:v0.5",
+                command=["python3", "-m", "sglang.launch_server", "--port", "30000", "--enable-metrics"],
+            ),
             {"exec": {"command": ["python3", "-I", "-S", "-c", mock.ANY]}},
         ),
     ],

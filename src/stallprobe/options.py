@@ -522,7 +522,14 @@ NO_READY = Option(
     False,
     "add no readiness probe: a container's own stays as it is, one inject wrote only asks the health route",
 )
-INJECT_PORT = Option("--port", "PORT", port, None, "with --print-probe: the port the engine serves on", shown="none")
+INJECT_PORT = Option(
+    "--port",
+    "PORT",
+    port,
+    None,
+    "with --container: the port its engine serves HTTP on, where the manifest does not show it; --print-probe's",
+    shown="none",
+)
 OUTPUT = Option("--output", "FORMAT", nonempty, "yaml", "with --print-probe: yaml or json")
 
 # How an engine's page is read and judged: the same for the probe, watch, and the probes inject writes.

@@ -13,6 +13,7 @@ from .observe import kubelet_timeout
 from .options import DEFAULT_FAILURE_THRESHOLD, DEFAULT_PERIOD, DEFAULT_STARTUP_BUDGET, DEFAULT_TIMEOUT
 from .pyz import launcher
 from .report import num
+from .serving import PYZ_KEY
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -22,7 +23,6 @@ if TYPE_CHECKING:
 __all__ = [
     "LAUNCHER",
     "PYZ_DIR",
-    "PYZ_KEY",
     "PYZ_PATH",
     "READY_PERIOD",
     "STARTUP_PERIOD",
@@ -39,8 +39,7 @@ __all__ = [
     "timeout_seconds",
 ]
 
-# The single-file build, as the ConfigMap's key and where the pod mounts it.
-PYZ_KEY = "stallprobe.pyz"
+# Where the pod mounts the single-file build (serving.PYZ_KEY: its name).
 PYZ_DIR = "/opt/stallprobe"
 PYZ_PATH = f"{PYZ_DIR}/{PYZ_KEY}"
 # The pod runs the archive through `-c`, not as `python3 stallprobe.pyz`: running a zip goes through

@@ -14,9 +14,9 @@ from .. import __version__
 from ..errors import UsageError
 from ..options import INJECT, PASSED_ON, EngineSettings, given_flags
 from ..report import drain_warning, num
+from ..serving import PYZ_KEY
 from ..stanza import (
     PYZ_DIR,
-    PYZ_KEY,
     READY_PERIOD,
     STATE_DIR,
     Plan,
@@ -28,7 +28,7 @@ from ..stanza import (
     restart_after,
     startup_probe,
 )
-from .decide import Choice, Decision, decide, is_ours
+from .decide import Choice, Context, Decision, decide, is_ours
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -108,6 +108,9 @@ def plan_of(config: InjectConfig) -> Plan:
     asked = "drain_after" in config.given
     if config.no_ready and asked:
         raise UsageError("--drain-after sets the readiness probe, which --no-ready leaves out: give one of them")
+    if config.port is not None and config.container is None and not config.print_probe:
+        # One port for every engine in a chart would probe some on a port that is not theirs.
+        raise UsageError("--port needs --container NAME: it is the port of the one container it names")
     return Plan(
         window=config.window,
         timeout=config.timeout,
@@ -144,14 +147,56 @@ def pod_specs(doc: Any) -> Iterator[dict[str, Any]]:
 
 
 def _templates(doc: Any) -> Iterator[tuple[dict[str, Any], str]]:
+    for spec, role, _ in _templates_labelled(doc):
+        yield spec, role
+
+
+def _templates_labelled(doc: Any) -> Iterator[tuple[dict[str, Any], str, dict[str, Any]]]:
+    """Each pod template's spec, its role, and its pod's labels (those the manifest gives)."""
     if not isinstance(doc, dict):
         return
     paths = TEMPLATE_PATHS.get(str(doc.get("kind")), [])
     shared = doc.get("kind") == "LeaderWorkerSet" and _dig(doc, paths[0][0]) is None
     for path, role in paths:
         spec = _dig(doc, path)
+        labels = _dig(doc, (*path[:-1], "metadata", "labels"))
         if isinstance(spec, dict):
-            yield spec, "shared" if shared else role
+            yield spec, "shared" if shared else role, labels if isinstance(labels, dict) else {}
+
+
+class Surroundings:
+    """What decide reads beside a container, per namespace: the ConfigMaps' data (name to data) and the
+    Services (to find those selecting a pod). A document without a namespace is in the one the tool
+    applying it picks: the same as another document without one, never the same as a named one."""
+
+    def __init__(self, docs: list[Any]) -> None:
+        self.configmaps: dict[Any, dict[str, dict[str, str]]] = {}
+        self.services: dict[Any, list[dict[str, Any]]] = {}
+        for doc in flatten(docs):
+            if not isinstance(doc, dict):
+                continue
+            namespace = _dig(doc, ("metadata", "namespace"))
+            data = doc.get("data")
+            if doc.get("kind") == "ConfigMap" and isinstance(data, dict):
+                name = str(_dig(doc, ("metadata", "name")))
+                self.configmaps.setdefault(namespace, {})[name] = {str(k): str(v) for k, v in data.items()}
+            spec = doc.get("spec")
+            if doc.get("kind") == "Service" and isinstance(spec, dict):
+                self.services.setdefault(namespace, []).append(spec)
+
+    def context(self, namespace: Any, labels: dict[str, Any]) -> Context:
+        """The ConfigMaps of the namespace, and the ports of its Services whose selector selects a pod
+        with these labels (a Service without a selector selects none)."""
+        ports: list[Any] = []
+        for spec in self.services.get(namespace, []):
+            selector = spec.get("selector")
+            if (
+                isinstance(selector, dict)
+                and selector
+                and all(str(labels.get(k)) == str(v) and k in labels for k, v in selector.items())
+            ):
+                ports += spec.get("ports") or []
+        return Context(self.configmaps.get(namespace, {}), ports)
 
 
 def _has_containers(node: Any, depth: int = 0) -> bool:
@@ -280,19 +325,23 @@ class _Walk:
             engine=None if config.engine == "auto" else config.engine,
             force=config.force,
             drain=plan.drain_after is not None,
+            port=config.port,
         )
         self.log: list[str] = []
         self.namespaces: list[str | None] = []
         self.replaced: set[tuple[str | None, str]] = set()  # (namespace, name) of a ConfigMap no longer named
 
-    def pod(self, spec: dict[str, Any], role: str, where: str, namespace: str | None) -> tuple[bool, bool]:
-        """Inject into the containers of one pod spec: (anything changed, any inference container seen)."""
+    def pod(
+        self, spec: dict[str, Any], role: str, where: str, namespace: str | None, context: Context | None = None
+    ) -> tuple[bool, bool]:
+        """Inject into the containers of one pod spec (`context`: what decide reads beside its containers):
+        (anything changed, any inference container seen)."""
         probed = changed = seen = False
         needs_state = False
         for container in spec.get("containers") or []:
             if not isinstance(container, dict):
                 continue
-            decision = decide(container, role, self.choice)
+            decision = decide(container, role, self.choice, context)
             if decision.action == "ignore":
                 continue
             seen = True
@@ -408,6 +457,7 @@ def inject(docs: list[Any], config: InjectConfig, pyz: bytes) -> tuple[list[Any]
         walk.log += [warning] if warning else []
     changed: set[int] = set()
     seen = False
+    surroundings = Surroundings(docs)
     for index, top in enumerate(docs):
         for doc in flatten([top]):
             kind = doc.get("kind") if isinstance(doc, dict) else None
@@ -420,8 +470,9 @@ def inject(docs: list[Any], config: InjectConfig, pyz: bytes) -> tuple[list[Any]
                     )
                     seen = True
                 continue
-            for spec, role in _templates(doc):
-                here, any_seen = walk.pod(spec, role, where, _dig(doc, ("metadata", "namespace")))
+            for spec, role, labels in _templates_labelled(doc):
+                namespace = _dig(doc, ("metadata", "namespace"))
+                here, any_seen = walk.pod(spec, role, where, namespace, surroundings.context(namespace, labels))
                 seen = seen or any_seen
                 if here:
                     changed.add(index)
