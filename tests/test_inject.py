@@ -26,7 +26,7 @@ from conftest import REPO, clean_env, rewind, validate
 from stallprobe.errors import ExitCode
 from stallprobe.inject import PYZ_PATH, Choice, InjectConfig, decide, engine_of, inject, pod_specs, read_documents
 from stallprobe.inject.manifests import MAX_BYTES, MAX_DEPTH, MAX_NODES, NO_RUAMEL
-from stallprobe.options import parse
+from stallprobe.settings import parse
 from stubengine import StubEngine
 
 

@@ -32,35 +32,38 @@ LAYERS = {
     # The words of a look: its line, its exit code, its precision note (reads the dialect's printing).
     "stallprobe.report": 3,
     "stallprobe.api": 4,  # questions beyond /metrics, over scrape's HTTP
-    # The flags of every command.
+    # The flags of every command: how a value is read, the table, the typed configuration, --help.
+    "stallprobe.readers": 3,
     "stallprobe.options": 4,
+    "stallprobe.settings": 5,
+    "stallprobe.helppage": 5,
     # The one pipeline: what an engine said at one look, for every command.
-    "stallprobe.observe": 5,
+    "stallprobe.observe": 6,
     # The probe's stanza (its command, probes and timeoutSeconds): what inject writes and doctor prints.
-    "stallprobe.stanza": 6,
+    "stallprobe.stanza": 7,
     # The commands: peers that never import each other.
-    "stallprobe.probe": 7,
-    "stallprobe.doctor": 7,
-    "stallprobe.doctor.command": 7,
-    "stallprobe.doctor.first": 7,
-    "stallprobe.doctor.looks": 7,
-    "stallprobe.doctor.probes": 7,
-    "stallprobe.doctor.words": 7,
-    "stallprobe.inject": 7,
-    "stallprobe.inject.command": 7,
-    "stallprobe.inject.core": 7,
-    "stallprobe.inject.manifests": 7,
-    "stallprobe.inject.splice": 7,
-    "stallprobe.watch": 7,
-    "stallprobe.watch.command": 7,
-    "stallprobe.watch.poll": 7,
-    "stallprobe.watch.runner": 7,
-    "stallprobe.watch.view": 7,
-    "stallprobe.watch.serve": 7,
+    "stallprobe.probe": 8,
+    "stallprobe.doctor": 8,
+    "stallprobe.doctor.command": 8,
+    "stallprobe.doctor.first": 8,
+    "stallprobe.doctor.looks": 8,
+    "stallprobe.doctor.probes": 8,
+    "stallprobe.doctor.words": 8,
+    "stallprobe.inject": 8,
+    "stallprobe.inject.command": 8,
+    "stallprobe.inject.core": 8,
+    "stallprobe.inject.manifests": 8,
+    "stallprobe.inject.splice": 8,
+    "stallprobe.watch": 8,
+    "stallprobe.watch.command": 8,
+    "stallprobe.watch.poll": 8,
+    "stallprobe.watch.runner": 8,
+    "stallprobe.watch.view": 8,
+    "stallprobe.watch.serve": 8,
     # The dispatcher, and what starts it.
     "stallprobe": 0,
-    "stallprobe.cli": 8,
-    "stallprobe.__main__": 9,
+    "stallprobe.cli": 9,
+    "stallprobe.__main__": 10,
 }
 # Imports within one layer that are part of the design: a package and its own modules.
 PEERS = {

@@ -13,9 +13,9 @@ from stallprobe import scrape
 from stallprobe.detector import Sample, State
 from stallprobe.errors import ScrapeError, ScrapeTimeout
 from stallprobe.observe import Observation, observe, silent
-from stallprobe.options import parse
 from stallprobe.probe import Config
 from stallprobe.scrape import Answer
+from stallprobe.settings import parse
 
 URL = "http://engine:8000/metrics"
 BUSY = vllm_page(4, 100, 50)

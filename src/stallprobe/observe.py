@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
     from .detector import State
     from .engines import Dialect
-    from .options import LookSettings
+    from .settings import LookSettings
 
 __all__ = ["Observation", "budget", "health", "kubelet_timeout", "observe", "origin", "silent", "worst_case"]
 

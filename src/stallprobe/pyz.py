@@ -78,8 +78,10 @@ HOT = tuple(
         "observe",
         "options",
         "probe",
+        "readers",
         "report",
         "scrape",
+        "settings",
         "statefile",
     )
 )

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from ..observe import Observation
-    from ..options import LookSettings
+    from ..settings import LookSettings
 
 __all__ = ["First", "family_state", "first_contact", "not_an_engine"]
 

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from ..api import Reply
     from ..detector import EnginesAssessment, State
     from ..observe import Observation
-    from ..options import LookSettings
+    from ..settings import LookSettings
     from .first import First
 
 __all__ = ["BUSY", "MOVING", "Look", "Looks", "intervals", "look"]

@@ -9,10 +9,11 @@ is YAML's double-quoted style.
 
 from __future__ import annotations
 
-from ..options import PASSED_ON, given_flags
+from ..options import PASSED_ON
 from ..report import num
 from ..scrape import parse_url
 from ..serving import SERVING
+from ..settings import given_flags
 from ..stanza import Plan, liveness_probe, probe_command, readiness_probe, startup_probe
 
 TYPE_CHECKING = False
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from ..engines import Dialect
-    from ..options import LookSettings
+    from ..settings import LookSettings
 
 __all__ = ["inject_command", "plan", "probes", "yaml_lines"]
 

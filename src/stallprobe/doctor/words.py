@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
     from ..detector import Sample
     from ..engines import Dialect
-    from ..options import LookSettings
+    from ..settings import LookSettings
     from ..stanza import Plan
     from .first import First
     from .looks import Look, Looks

@@ -21,7 +21,9 @@ import sys
 from .. import __version__
 from ..console import silence, tell
 from ..errors import ExitCode, InjectError, OutputError
-from ..options import INJECT, help_page, parse
+from ..helppage import help_page
+from ..options import INJECT
+from ..settings import parse
 from .core import InjectConfig, configmap, configmap_name, container_fields, inject, plan_of, volume
 from .decide import Decision
 from .manifests import MAX_BYTES, Manifests, decode, dump_yaml, read_documents, write_documents

@@ -12,9 +12,10 @@ import hashlib
 
 from .. import __version__
 from ..errors import UsageError
-from ..options import INJECT, PASSED_ON, EngineSettings, given_flags
+from ..options import INJECT, PASSED_ON
 from ..report import drain_warning, num
 from ..serving import PYZ_KEY
+from ..settings import EngineSettings, given_flags
 from ..stanza import (
     PYZ_DIR,
     READY_PERIOD,
