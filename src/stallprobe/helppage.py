@@ -10,7 +10,7 @@ if TYPE_CHECKING:
 
     from .options import Option
 
-__all__ = ["help_lines", "help_page"]
+__all__ = ["exit_code_rows", "flag_rows", "help_lines", "help_page"]
 
 
 def help_lines(options: Sequence[Option], *, environment: bool = True) -> list[str]:
@@ -46,3 +46,39 @@ def help_page(
     lines += [f"options ({title}):" if title else "options:", *help_lines(options, environment=environment)]
     lines += ["", "exit codes:", *exit_lines(command)]
     return "\n".join(lines)
+
+
+# --- the same tables in Markdown, for the generated reference (scripts/reference) and the README
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def flag_rows(options: Sequence[Option], *, environment: bool) -> list[str]:
+    """A command's options as a Markdown table: flag, environment variable (for a command that reads it),
+    default and meaning."""
+    if environment:
+        lines = ["| flag | environment variable | default | meaning |", "|---|---|---|---|"]
+        for option in options:
+            env = f"`{option.env}`" if option.env else ""
+            lines.append(f"| `{option.usage}` | {env} | {_cell(option.env_shown)} | {_cell(option.help)} |")
+    else:
+        lines = ["| flag | default | meaning |", "|---|---|---|"]
+        for option in options:
+            lines.append(f"| `{option.usage}` | {_cell(option.shown)} | {_cell(option.help)} |")
+    lines.append("| `-h, --help` | | print the help and exit |")
+    lines.append("| `--version` | | print the version and exit |")
+    return lines
+
+
+def exit_code_rows() -> list[str]:
+    """The exit-code table, every command's column, as a Markdown table ("-" where a command never exits
+    with that code)."""
+    from .errors import COMMANDS, EXIT_TABLE
+
+    lines = ["| code | " + " | ".join(COMMANDS) + " |", "|---" * (len(COMMANDS) + 1) + "|"]
+    for code, meanings in EXIT_TABLE.items():
+        cells = [_cell(meanings.get(name, "-")) for name in COMMANDS]
+        lines.append(f"| {code} | " + " | ".join(cells) + " |")
+    return lines
