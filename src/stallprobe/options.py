@@ -447,6 +447,14 @@ LISTEN = Option(
     "serve /metrics (Prometheus) and /ready?url=URL (load balancers) while polling",
     shown="off",
 )
+AGENT = Option(
+    "--agent",
+    "HOST:PORT",
+    address,
+    None,
+    "answer HAProxy's agent checks (agent-send: an engine's host:port or URL) while polling",
+    shown="off",
+)
 HOOK_TIMEOUT = Option(
     "--hook-timeout", "SECONDS", positive, DEFAULT_HOOK_TIMEOUT, "kill a hook (and its process group) after this long"
 )
@@ -532,6 +540,7 @@ WATCH = (
     COOLDOWN,
     HOOK_TIMEOUT,
     LISTEN,
+    AGENT,
     DRAIN_AFTER,
 )
 # The doctor reads the engine as the probe would, and reads the probe's environment as the probe does.
