@@ -40,6 +40,8 @@ from typing import IO
 import pytest
 
 from conftest import REPO
+from stallprobe.watch.agent import agent_line
+from stallprobe.watch.serve import Readiness
 from stallprobe.watch.view import endpoint_name
 from stubengine import Route, StubEngine
 
@@ -488,4 +490,187 @@ def test_paused_asleep_and_queued_behind_nothing_leave_the_rotation_until_they_m
 @pytest.mark.needs("haproxy")
 def test_the_configuration_is_valid_as_it_is() -> None:
     result = subprocess.run([haproxy(), "-c", "-f", str(CONFIG)], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.fixture
+def agent_lb(tmp_path: Path) -> Iterator[Pool]:
+    pool = Pool(tmp_path, AGENT_CONFIG)
+    try:
+        yield pool
+    finally:
+        pool.close()
+
+
+def health_checks(engine: StubEngine, since: float) -> int:
+    """HAProxy's checks of the engine's own /health since `since` (the watch asks /health too, but it is
+    dead whenever this is counted)."""
+    return sum(seen.t >= since for seen in engine.received("/health"))
+
+
+@pytest.mark.needs("haproxy")
+def test_the_agent_drains_and_puts_back_and_a_dead_watch_takes_no_server_out(agent_lb: Pool) -> None:
+    lb = agent_lb
+    steady = lb.add("steady", StubEngine("llamacpp", running=2))
+    steady.set(generation_step=5)
+    saturated = lb.add("saturated", StubEngine("sglang", running=12, waiting=99))
+    saturated.set(generation_step=1)  # a deep queue, decoding slowly
+    saturated.routes["/v1/completions"] = Route(saturated.completion, delay=0.2)
+    victim = lb.add("victim", StubEngine(running=4))
+    victim.set(generation_step=5, kv_cache=0.4)
+    paused = lb.add("paused", StubEngine(running=3))
+    paused.set(generation_step=5)
+    client = lb.start(None)
+    begun = time.monotonic()
+
+    # Wedged, and paused: drained (no new requests), after --drain-after for the wedge, at once for the pause.
+    stopped = time.monotonic()
+    victim.wedge()
+    paused.pause()
+    out, out_mark = lb.wait_for("victim", "DRAIN", stopped)
+    assert out - stopped <= DRAINED_WITHIN, f"drained after {out - stopped:.2f} s\n{lb.logs()}"
+    assert victim.moved_at is not None
+    assert out >= victim.moved_at + DRAIN_AFTER  # ready until busy without progress for --drain-after
+    paused_out, paused_mark = lb.wait_for("paused", "DRAIN", stopped)
+    assert paused_out - stopped <= AGENT_BACK_WITHIN, f"drained after {paused_out - stopped:.2f} s\n{lb.logs()}"
+    # HAProxy shows why (`show stat`'s last_agt): the text after the agent's `#`.
+    shown = "via agent : up (not ready: stalled: 4 running"
+    until("the reason shown", lambda: lb.stats[lb.name["victim"]]["last_agt"].startswith(shown), log=lb.logs)
+
+    # Moving again: put back at the next agent check.
+    unwedged, unwedged_mark = time.monotonic(), client.mark()
+    victim.unwedge()
+    back, back_mark = lb.wait_for("victim", "UP", unwedged)
+    assert back - unwedged <= AGENT_BACK_WITHIN, f"back after {back - unwedged:.2f} s\n{lb.logs()}"
+    until("a request at the engine put back", partial(reached, victim, back_mark), log=lb.logs)
+    assert [n for n in numbers(victim) if out_mark < n <= unwedged_mark] == [], lb.logs()
+
+    # The watch is killed. HAProxy's agent checks find nobody, which changes nothing: for longer than the
+    # engines' own checks take to take a server out, no server leaves and requests flow on to every
+    # engine in rotation. The paused one, drained, stays drained even once it resumes: nobody says so.
+    killed, killed_mark = time.monotonic(), client.mark()
+    lb.kill_watch()
+
+    def refused() -> bool:
+        return all(lb.stats[lb.name[role]]["agent_status"] == "L4CON" for role in lb.engines)
+
+    def checked() -> bool:
+        return all(health_checks(engine, killed) > OWN_FALL for engine in lb.engines.values())
+
+    until("every agent check refused", refused, log=lb.logs)
+    paused.resume()
+    until("more than fall of the engines' own checks", checked, timeout=WAIT + OWN_FALL * OWN_INTER, log=lb.logs)
+    for role, engine in (("steady", steady), ("saturated", saturated), ("victim", victim)):
+        until(f"a request at {role} with the watch dead", partial(reached, engine, killed_mark), log=lb.logs)
+    away = time.monotonic()
+    for role in lb.engines:
+        assert lb.statuses(role, since=killed) == [], lb.logs()  # not one change
+    assert lb.status("paused").startswith("DRAIN"), lb.logs()
+
+    # Started again, the watch judges again: the paused engine, moving now, is put back once the new watch
+    # has read it for --drain-after (before that it has no history, and says nothing); a new wedge drains.
+    restart_mark = client.mark()
+    restarted = lb.start_watch()
+    resumed, resumed_mark = lb.wait_for("paused", "UP", away)
+    assert resumed >= restarted + DRAIN_AFTER, lb.logs()
+    assert resumed - restarted <= DRAIN_AFTER + AGENT_BACK_WITHIN, lb.logs()
+    until("a request at the engine put back", partial(reached, paused, resumed_mark), log=lb.logs)
+    assert [n for n in numbers(paused) if paused_mark < n <= restart_mark] == [], lb.logs()
+    wedged = time.monotonic()
+    victim.wedge()
+    again, _ = lb.wait_for("victim", "DRAIN", wedged)
+    assert again - wedged <= DRAINED_WITHIN, f"drained after {again - wedged:.2f} s\n{lb.logs()}"
+
+    # Drained is never down: no server's own check failed, and the saturated one never left.
+    stats = lb.show_stat()
+    assert [stats[lb.name[role]]["chkdown"] for role in lb.engines] == ["0"] * 4
+    assert lb.statuses("saturated", since=begun) == [], lb.logs()
+    assert lb.statuses("steady", since=begun) == [], lb.logs()
+    assert any(resumed_mark < n for n in numbers(saturated)), lb.logs()
+
+
+class Agent:
+    """An agent that answers every connection with the line set last, and counts them: HAProxy's reading
+    of each kind of line the watch sends, without a watch."""
+
+    def __init__(self) -> None:
+        self.line = ""
+        self.answered = 0
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                sock, _ = self.server.accept()
+            except OSError:
+                return  # closed
+            with sock:
+                sock.settimeout(5)
+                try:
+                    sock.recv(4096)
+                    sock.sendall(f"{self.line}\n".encode())
+                except OSError:
+                    continue
+            self.answered += 1
+
+    def says(self, line: str) -> int:
+        """From now on, answer `line`; how many were answered before."""
+        self.line = line
+        return self.answered
+
+    def close(self) -> None:
+        self.server.close()
+
+
+@pytest.mark.needs("haproxy")
+def test_each_word_the_agent_sends_does_what_the_watch_means(agent_lb: Pool) -> None:
+    """HAProxy 2.6 with stallprobe-agent.cfg and the lines the watch writes (agent_line): `drain up`
+    drains, `ready up` puts back, a comment changes nothing, and `up` neither keeps up an engine whose
+    own /health fails nor puts it back before that check does."""
+    lb = agent_lb
+    engine = lb.add("engine", StubEngine(running=1))
+    lb.add("other", StubEngine(running=1))
+    agent = Agent()
+    try:
+        url = engine.url
+        ready = agent_line(url, Readiness(True, ("ready: progressing",), DRAIN_AFTER), DRAIN_AFTER)
+        drain = agent_line(url, Readiness(False, ("not ready: stalled",), DRAIN_AFTER), DRAIN_AFTER)
+        nothing = agent_line(url, None, DRAIN_AFTER)
+        assert (ready.split()[:2], drain.split()[:2], nothing[0]) == (["ready", "up"], ["drain", "up"], "#")
+        agent.says(ready)
+        lb.watch = f"127.0.0.1:{agent.port}"
+        lb.start_lb()
+        begun = since = time.monotonic()
+        agent.says(drain)
+        lb.wait_for("engine", "DRAIN", since)
+        # A comment, many times over: nothing changes.
+        since, count = time.monotonic(), agent.says(nothing)
+        until("three comments answered", lambda: agent.answered >= count + 3, log=lb.logs)
+        until("HAProxy's reading", lambda: lb.stats[lb.name["engine"]]["agent_desc"] == "No status change")
+        assert lb.statuses("engine", since=since) == [], lb.logs()
+        assert lb.status("engine").startswith("DRAIN"), lb.logs()
+        since = time.monotonic()
+        agent.says(ready)
+        lb.wait_for("engine", "UP", since)
+        # Its own health fails: down, whatever the agent says, and not up again until its own check says so.
+        since = time.monotonic()
+        engine.route("/health", b"", 503)
+        down, _ = lb.wait_for("engine", "DOWN", since)
+        assert down - since <= OWN_FALL * OWN_INTER + SLACK, lb.logs()
+        count = agent.answered
+        until("three more `ready up` answered", lambda: agent.answered >= count + 3, log=lb.logs)
+        assert lb.status("engine") == "DOWN", lb.logs()
+        since = time.monotonic()
+        engine.route("/health", b"")
+        lb.wait_for("engine", "UP", since)
+        assert lb.statuses("other", since=begun) == [], lb.logs()
+    finally:
+        agent.close()
+
+
+@pytest.mark.needs("haproxy")
+def test_the_agent_configuration_is_valid_as_it_is() -> None:
+    result = subprocess.run([haproxy(), "-c", "-f", str(AGENT_CONFIG)], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
