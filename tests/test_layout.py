@@ -47,6 +47,7 @@ LAYERS = {
     "stallprobe.watch.runner": 5,
     "stallprobe.watch.view": 5,
     "stallprobe.watch.serve": 5,
+    "stallprobe.watch.agent": 5,
     # The dispatcher, and what starts it.
     "stallprobe": 0,
     "stallprobe.cli": 6,
@@ -61,6 +62,9 @@ PEERS = {
     ("stallprobe.watch.view", "stallprobe.watch.poll"),
     ("stallprobe.watch.serve", "stallprobe.watch.poll"),
     ("stallprobe.watch.command", "stallprobe.watch.serve"),
+    ("stallprobe.watch.agent", "stallprobe.watch.serve"),
+    ("stallprobe.watch.agent", "stallprobe.watch.view"),
+    ("stallprobe.watch.command", "stallprobe.watch.agent"),
     ("stallprobe.inject", "stallprobe.inject.command"),
     ("stallprobe.inject", "stallprobe.inject.core"),
     ("stallprobe.inject", "stallprobe.inject.decide"),
@@ -76,7 +80,7 @@ PEERS = {
 
 def test_peer_imports_have_no_cycle() -> None:
     order = ["stallprobe.watch.runner", "stallprobe.watch.poll", "stallprobe.watch.view", "stallprobe.watch.serve"]
-    order.append("stallprobe.watch.command")
+    order += ["stallprobe.watch.agent", "stallprobe.watch.command"]
     order.append("stallprobe.watch")
     order += [f"stallprobe.inject.{name}" for name in ("shell", "decide", "core", "splice", "manifests", "command")]
     order.append("stallprobe.inject")
