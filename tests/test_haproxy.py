@@ -674,3 +674,19 @@ def test_each_word_the_agent_sends_does_what_the_watch_means(agent_lb: Pool) -> 
 def test_the_agent_configuration_is_valid_as_it_is() -> None:
     result = subprocess.run([haproxy(), "-c", "-f", str(AGENT_CONFIG)], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_pools_page_quotes_the_agent_configuration_as_shipped() -> None:
+    """Each HAProxy block of docs/pools.md that names its file (```haproxy file=PATH) is made of lines of
+    that file, and the agent's block has the lines that make the agent check; the blocks without a file
+    are tests/test_docs.py's (the /ready configuration)."""
+    text = (REPO / "docs" / "pools.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```haproxy file=(\S+)\n(.*?)```", text, flags=re.DOTALL)
+    assert [path for path, _ in blocks] == ["deploy/haproxy/stallprobe-agent.cfg"]
+    for path, block in blocks:
+        shipped = {line.strip() for line in (REPO / path).read_text().splitlines()}
+        lines = [line.strip() for line in block.splitlines() if line.strip()]
+        assert [line for line in lines if line not in shipped] == []
+        assert "http-check send meth GET uri /health" in lines
+        assert any(" agent-check agent-addr " in line and " agent-inter " in line for line in lines)
+        assert any(line.startswith("server ") and line.endswith('agent-send "10.0.0.11:8000\\n"') for line in lines)
