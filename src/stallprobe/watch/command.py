@@ -25,8 +25,10 @@ from .view import Output, once_code
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
+    from http.server import ThreadingHTTPServer
     from types import FrameType
 
+    from .agent import Agent
     from .poll import Row
     from .serve import Board
 
@@ -167,28 +169,15 @@ def main(argv: Sequence[str], environ: Mapping[str, str]) -> int:
     # Started with stdout closed (a service that only serves --listen): nothing to show it on.
     output = Output(config, sys.stdout if sys.stdout is not None else open(os.devnull, "w"))  # noqa: SIM115
     board = server = agent = None
-    if config.routing:
-        from .serve import Board
-
-        board = Board(config.urls)
     try:
-        if config.listen is not None and board is not None:
-            from .serve import listen
+        if config.routing:
+            from .serve import Board
 
-            try:
-                server = listen(*config.listen, board)
-            except OSError as exc:
-                raise UsageError(f"--listen {_shown(*config.listen)}: {exc.strerror or exc}") from None
-            where = _shown(str(server.server_address[0]), int(server.server_address[1]))
-            tell(f"stallprobe watch: serving http://{where}/metrics and /ready?url=URL")
-        if config.agent is not None and board is not None:
-            from .agent import serve_agent
-
-            try:
-                agent = serve_agent(*config.agent, board, config.urls, config.drain_after)
-            except OSError as exc:
-                raise UsageError(f"--agent {_shown(*config.agent)}: {exc.strerror or exc}") from None
-            tell(f"stallprobe watch: answering HAProxy's agent checks on {_shown(*agent.address)}")
+            board = Board(config.urls)
+            if config.listen is not None:
+                server = _listen(*config.listen, board)
+            if config.agent is not None:
+                agent = _agent(*config.agent, board, config)
         return _serve(watch, config, output, board)
     finally:
         if server is not None:
@@ -201,6 +190,31 @@ def main(argv: Sequence[str], environ: Mapping[str, str]) -> int:
 def _shown(host: str, port: int) -> str:
     """host:port, an IPv6 host in brackets."""
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _listen(host: str, port: int, board: Board) -> ThreadingHTTPServer:
+    """--listen, serving; UsageError when it cannot."""
+    from .serve import listen
+
+    try:
+        server = listen(host, port, board)
+    except OSError as exc:
+        raise UsageError(f"--listen {_shown(host, port)}: {exc.strerror or exc}") from None
+    where = _shown(str(server.server_address[0]), int(server.server_address[1]))
+    tell(f"stallprobe watch: serving http://{where}/metrics and /ready?url=URL")
+    return server
+
+
+def _agent(host: str, port: int, board: Board, config: WatchConfig) -> Agent:
+    """--agent, answering; UsageError when it cannot."""
+    from .agent import serve_agent
+
+    try:
+        agent = serve_agent(host, port, board, config.urls, config.drain_after)
+    except OSError as exc:
+        raise UsageError(f"--agent {_shown(host, port)}: {exc.strerror or exc}") from None
+    tell(f"stallprobe watch: answering HAProxy's agent checks on {_shown(*agent.address)}")
+    return agent
 
 
 def _serve(watch: Watch, config: WatchConfig, output: Output, board: Board | None) -> int:
