@@ -284,16 +284,20 @@ class Pool:
         except OSError:
             return ""
 
-    def show_stat(self) -> dict[str, dict[str, str]]:
-        """HAProxy's own view of each server of the pool (the admin socket's `show stat`)."""
+    def admin(self, command: str) -> str:
+        """One command on HAProxy's admin socket; its answer."""
         with socket.socket(socket.AF_UNIX) as admin:
             admin.settimeout(5)
             admin.connect(str(self.socket))
-            admin.sendall(b"show stat\n")
+            admin.sendall(f"{command}\n".encode())
             data = b""
             while chunk := admin.recv(65536):
                 data += chunk
-        rows = csv.DictReader(data.decode().removeprefix("# ").splitlines())
+        return data.decode()
+
+    def show_stat(self) -> dict[str, dict[str, str]]:
+        """HAProxy's own view of each server of the pool (the admin socket's `show stat`)."""
+        rows = csv.DictReader(self.admin("show stat").removeprefix("# ").splitlines())
         return {row["svname"]: row for row in rows if row["pxname"] == "engines" and row["svname"] != "BACKEND"}
 
     def _look(self) -> None:
@@ -596,6 +600,7 @@ class Agent:
     def __init__(self) -> None:
         self.line = ""
         self.answered = 0
+        self.asked: dict[str, int] = {}  # the name sent -> the times it was
         self.server = socket.create_server(("127.0.0.1", 0))
         self.port = self.server.getsockname()[1]
         threading.Thread(target=self._serve, daemon=True).start()
@@ -609,10 +614,11 @@ class Agent:
             with sock:
                 sock.settimeout(5)
                 try:
-                    sock.recv(4096)
+                    name = sock.recv(4096).decode().strip()
                     sock.sendall(f"{self.line}\n".encode())
                 except OSError:
                     continue
+            self.asked[name] = self.asked.get(name, 0) + 1
             self.answered += 1
 
     def says(self, line: str) -> int:
@@ -628,7 +634,8 @@ class Agent:
 def test_each_word_the_agent_sends_does_what_the_watch_means(agent_lb: Pool) -> None:
     """HAProxy 2.6 with stallprobe-agent.cfg and the lines the watch writes (agent_line): `drain up`
     drains, `ready up` puts back, a comment changes nothing, and `up` neither keeps up an engine whose
-    own /health fails nor puts it back before that check does."""
+    own /health fails nor puts it back before that check does; a drain set by hand holds only with the
+    server's agent disabled."""
     lb = agent_lb
     engine = lb.add("engine", StubEngine(running=1))
     lb.add("other", StubEngine(running=1))
@@ -665,6 +672,21 @@ def test_each_word_the_agent_sends_does_what_the_watch_means(agent_lb: Pool) -> 
         since = time.monotonic()
         engine.route("/health", b"")
         lb.wait_for("engine", "UP", since)
+
+        # A drain set by hand is ended by the agent's next `ready`, unless its agent is disabled first
+        # (what the configuration and pools.md tell an operator to do).
+        server = f"engines/{lb.name['engine']}"
+        since = time.monotonic()
+        lb.admin(f"set server {server} state drain")
+        lb.wait_for("engine", "DRAIN", since)
+        lb.wait_for("engine", "UP", since)
+        lb.admin(f"disable agent {server}")
+        since, count = time.monotonic(), agent.asked[lb.name["engine"]]
+        lb.admin(f"set server {server} state drain")
+        lb.wait_for("engine", "DRAIN", since)
+        until("two of its own checks", lambda: health_checks(engine, since) >= 2, log=lb.logs)
+        assert lb.statuses("engine", since=since) == ["DRAIN"], lb.logs()
+        assert agent.asked[lb.name["engine"]] <= count + 1, "asked with its agent disabled"  # one under way
         assert lb.statuses("other", since=begun) == [], lb.logs()
     finally:
         agent.close()
