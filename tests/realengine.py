@@ -1,5 +1,5 @@
 """Real inference engines on loopback, wedged for real: the harness of tests/test_real_engine.py (llama.cpp's
-server, below) and of scripts/real-vllm (vLLM's CPU build, with tests/realvllm.py).
+server, below) and of tests/test_real_vllm.py (vLLM's CPU build, with tests/realvllm.py).
 
 What both need, in one place: a server process that `stop()` ends whatever state it is in, a bounded wait for
 /health, generations kept in flight, the probe's real command run against the server with a state file of
@@ -42,6 +42,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from urllib.parse import urlsplit
+
+from conftest import clean_env
 
 HOST = "127.0.0.1"
 
@@ -618,7 +620,7 @@ class Probe:
     ) -> None:
         self.command = [python, "-m", "stallprobe", "--url", metrics_url, "--window", f"{window:g}"]
         self.command += ["--state-file", str(state_file), "--json", *extra]
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("STALLPROBE_")}
+        self.env = clean_env()
         self.origin = time.monotonic() if origin is None else origin
         self.timeout = timeout
         self.runs: list[ProbeRun] = []
@@ -663,12 +665,12 @@ LAUNCHER = """\
 import os, sys
 import xllamacpp
 
-model, ready, n_ctx = sys.argv[1], sys.argv[2], int(sys.argv[3])
+model, ready, n_ctx, metrics = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1"
 params = xllamacpp.CommonParams()
 params.model.path = model
 params.hostnames = ["127.0.0.1"]
 params.port = 0
-params.endpoint_metrics = True
+params.endpoint_metrics = metrics
 params.n_parallel = 1
 params.n_ctx = n_ctx
 params.cpuparams.n_threads = 1
@@ -699,22 +701,25 @@ def model_path() -> Path:
     return path
 
 
-def server_command(ready_file: Path, n_ctx: int = N_CTX) -> list[str]:
-    """The command that runs llama.cpp's server from xllamacpp in a child interpreter."""
+def server_command(ready_file: Path, n_ctx: int = N_CTX, *, metrics: bool = True) -> list[str]:
+    """The command that runs llama.cpp's server from xllamacpp in a child interpreter (`metrics`: its
+    --metrics, without which /metrics answers 501)."""
     _package_dir("xllamacpp")
-    return [sys.executable, "-c", LAUNCHER, str(model_path()), str(ready_file), str(n_ctx)]
+    return [sys.executable, "-c", LAUNCHER, str(model_path()), str(ready_file), str(n_ctx), "1" if metrics else "0"]
 
 
 class LlamaCppServer:
-    """llama.cpp's server in a child process, on 127.0.0.1, with /metrics on; a context manager.
+    """llama.cpp's server in a child process, on 127.0.0.1, with /metrics on (unless `metrics` is False); a
+    context manager.
 
     `with LlamaCppServer() as engine:` starts it and waits (bounded) for /health to answer 200; at exit
     every thread it froze is thawed, every generation closed, and the process ended (stdin EOF, then
     SIGTERM, then SIGKILL, each wait bounded).
     """
 
-    def __init__(self, n_ctx: int = N_CTX, startup_timeout: float = 60.0) -> None:
+    def __init__(self, n_ctx: int = N_CTX, startup_timeout: float = 60.0, *, metrics: bool = True) -> None:
         self.n_ctx = n_ctx
+        self.metrics = metrics
         self.startup_timeout = startup_timeout
         self.url = ""
         self.port = 0
@@ -744,7 +749,9 @@ class LlamaCppServer:
 
     def start(self) -> LlamaCppServer:
         ready = Path(self._tmp.name) / "address"
-        server = self._server = ServerProcess(server_command(ready, self.n_ctx), self.log_path, stdin_cue=True)
+        server = self._server = ServerProcess(
+            server_command(ready, self.n_ctx, metrics=self.metrics), self.log_path, stdin_cue=True
+        )
         try:
             while not ready.exists():
                 server.check_running("it listened")

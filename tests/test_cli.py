@@ -24,10 +24,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import RawServer, fixture_page, llamacpp_page, sglang_page, vllm_page
+from conftest import RawServer, clean_env, fixture_page, llamacpp_page, sglang_page, vllm_engines_page, vllm_page
 from stallprobe import Sample, State
 from stallprobe.cli import main
-from stallprobe.errors import EXIT_MEANINGS, EXIT_TABLE, ExitCode, StallprobeError
+from stallprobe.errors import EXIT_TABLE, ExitCode, StallprobeError
 from stallprobe.probe import help_text
 from stallprobe.statefile import load, read_boot_id, save
 from stubengine import StubEngine
@@ -38,8 +38,7 @@ StartRaw = Callable[[Behave], RawServer]
 
 def probe(*args: str, env: dict[str, str] | None = None, timeout: float = 30) -> subprocess.CompletedProcess[str]:
     """Run the probe exactly as a kubelet exec probe would, with no STALLPROBE_* from this process."""
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("STALLPROBE_")}
-    clean.update(env or {})
+    clean = clean_env(**(env or {}))
     return subprocess.run(
         [sys.executable, "-m", "stallprobe", *args],
         capture_output=True,
@@ -180,14 +179,14 @@ def test_connection_refused_is_a_scrape_failure(state_file: str) -> None:
 @pytest.mark.parametrize(("status", "words"), [(500, "HTTP 500"), (404, "HTTP 404"), (401, "HTTP 401")])
 def test_non_2xx_is_a_scrape_failure(engine: StubEngine, state_file: str, status: int, words: str) -> None:
     engine.route("/metrics", engine.metrics_page, status)
-    result = probe("--url", engine.url, "--state-file", state_file)
+    result = probe("--url", engine.url, "--state-file", state_file, "--strict")
     assert result.returncode == ExitCode.SCRAPE
     assert words in one_line(result)
 
 
 def test_redirect_is_not_followed(engine: StubEngine, state_file: str) -> None:
     engine.route("/metrics", b"", 302, headers={"Location": "http://example.invalid/metrics"})
-    result = probe("--url", engine.url, "--state-file", state_file)
+    result = probe("--url", engine.url, "--state-file", state_file, "--strict")
     assert result.returncode == ExitCode.SCRAPE
     assert "HTTP 302" in one_line(result)
     assert "not followed" in one_line(result)
@@ -276,7 +275,7 @@ def test_misbehaving_server_is_a_scrape_failure_within_the_deadline(
 )
 def test_not_a_metrics_page(engine: StubEngine, state_file: str, page: bytes, words: str) -> None:
     engine.route("/metrics", page)
-    result = probe("--url", engine.url, "--state-file", state_file)
+    result = probe("--url", engine.url, "--state-file", state_file, "--strict")
     assert result.returncode == ExitCode.METRICS
     assert words in one_line(result)
 
@@ -295,7 +294,7 @@ def test_corrupt_state_restarts_the_baseline_and_is_rewritten(engine: StubEngine
 
 def test_unwritable_state_file_is_exit_5(engine: StubEngine, tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
-    result = probe("--url", engine.url, "--state-file", str(tmp_path / "file" / "probe.state"))
+    result = probe("--url", engine.url, "--state-file", str(tmp_path / "file" / "probe.state"), "--strict")
     assert result.returncode == ExitCode.STATE
     assert one_line(result).endswith("mount an emptyDir at /tmp or point --state-file elsewhere")
 
@@ -431,8 +430,9 @@ def test_help_lists_every_flag_env_and_exit_code() -> None:
     assert result.stdout == help_text() + "\n"
     for flag in ("--url", "--window", "--timeout", "--state-file", "--saturation", "--json", "--version"):
         assert flag in result.stdout
-    for code, meaning in EXIT_MEANINGS.items():
-        assert f"  {code}  {meaning}\n" in result.stdout
+    for code, meanings in EXIT_TABLE.items():
+        if "probe" in meanings:
+            assert f"  {code}  {meanings['probe']}\n" in result.stdout
 
 
 def test_version() -> None:
@@ -454,7 +454,8 @@ def test_exit_codes_are_the_documented_numbers() -> None:
         ("OUTPUT", 7),
         ("INTERRUPTED", 130),
     ]
-    assert list(EXIT_MEANINGS) == [value for _, value in codes[:6]] + [ExitCode.OUTPUT]
+    probe_codes = [code for code, meanings in EXIT_TABLE.items() if "probe" in meanings]
+    assert probe_codes == [value for _, value in codes[:6]] + [ExitCode.OUTPUT]
     assert list(EXIT_TABLE) == [value for _, value in codes]
 
 
@@ -510,14 +511,9 @@ def test_runaway_page_is_cut_off_at_the_cap(raw_server: StartRaw, state_file: st
 
 def dp_page(engines: dict[str, tuple[float, float, float]]) -> bytes:
     """vLLM V1 with data parallelism: (running, prompt, generation) per engine index."""
-    parts = []
-    for name, index in (
-        ("vllm:num_requests_running", 0),
-        ("vllm:prompt_tokens_total", 1),
-        ("vllm:generation_tokens_total", 2),
-    ):
-        parts += [f'{name}{{engine="{e}",model_name="m"}} {v[index]}\n' for e, v in engines.items()]
-    return "".join(parts).encode()
+    return vllm_engines_page(
+        {e: (running, 0, prompt, generation) for e, (running, prompt, generation) in engines.items()}
+    )
 
 
 def test_one_wedged_engine_among_moving_ones_is_named(engine: StubEngine, state_file: str) -> None:
@@ -611,14 +607,14 @@ def test_llamacpp_stall_line_says_when_rounding_can_hide_progress(engine: StubEn
 
 def test_engine_flag_on_the_wrong_page_is_exit_4(engine: StubEngine, state_file: str) -> None:
     engine.route("/metrics", llamacpp_page(1, 1, 1, 1))
-    result = probe("--url", engine.url, "--state-file", state_file, "--engine", "vllm")
+    result = probe("--url", engine.url, "--state-file", state_file, "--engine", "vllm", "--strict")
     assert result.returncode == ExitCode.METRICS
     assert one_line(result).startswith("error: not a vllm metrics page: none of vllm:num_requests_running")
 
 
 def test_ambiguous_page_is_exit_4(engine: StubEngine, state_file: str) -> None:
     engine.route("/metrics", vllm_page(1, 2, 3) + llamacpp_page(1, 1, 1, 1))
-    result = probe("--url", engine.url, "--state-file", state_file)
+    result = probe("--url", engine.url, "--state-file", state_file, "--strict")
     assert result.returncode == ExitCode.METRICS
     assert one_line(result) == "error: the page fits vllm and llamacpp: pass --engine to choose"
 

@@ -866,7 +866,13 @@ READINESS: list[tuple[str, float, float, list[dict[str, Sample]], bool, tuple[bo
     ("silent_under_drain_is_ready", 120, 30, [E(e0=S(4, 5, 5, 0)), E(e0=Q(29))], True, (True, SUS, "0")),
     ("silent_for_drain_is_not_ready", 120, 30, [E(e0=S(4, 5, 5, 0)), E(e0=Q(30))], True, (False, ST, "0")),
     ("stalled_for_liveness_too", 120, 30, [E(e0=S(4, 5, 5, 0)), E(e0=S(4, 5, 5, 200))], True, (False, ST, "0")),
-    ("drain_longer_than_window", 10, 30, [E(e0=S(4, 5, 5, 0)), E(e0=S(4, 5, 5, 20))], True, (True, SUS, "0")),
+    # A drain window longer than the liveness window: an engine stalled (about to be restarted) is not ready.
+    ("drain_longer_than_window_stalled", 10, 30, [E(e0=S(4, 5, 5, 0)), E(e0=S(4, 5, 5, 20))], True, (False, ST, "0")),
+    ("drain_longer_than_window_at_it", 10, 30, [E(e0=S(4, 5, 5, 0)), E(e0=S(4, 5, 5, 10))], True, (False, ST, "0")),
+    ("drain_longer_than_window_under", 10, 30, [E(e0=S(4, 5, 5, 0)), E(e0=S(4, 5, 5, 9.9))], True, (True, SUS, "0")),
+    ("silent_past_window_under_drain", 10, 30, [E(e0=S(4, 5, 5, 0)), E(e0=Q(15))], True, (False, ST, "0")),
+    ("drain_equal_to_window", 20, 20, [E(e0=S(4, 5, 5, 0)), E(e0=S(4, 5, 5, 20))], True, (False, ST, "0")),
+    ("drain_equal_to_window_under", 20, 20, [E(e0=S(4, 5, 5, 0)), E(e0=S(4, 5, 5, 19))], True, (True, SUS, "0")),
     ("paused_is_not_ready", 120, 30, [E(e0=Z(4, 5, 5, 0)), E(e0=Z(4, 5, 5, 1))], True, (False, PA, "0")),
     ("unhealthy_is_not_ready", 120, 30, [E(e0=S(4, 0, 0, 0)), E(e0=S(4, 9, 0, 10))], False, (False, P, "0")),
     (

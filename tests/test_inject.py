@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from conftest import REPO, rewind, validate
+from conftest import REPO, clean_env, rewind, validate
 from stallprobe.errors import ExitCode
 from stallprobe.inject import PYZ_PATH, Choice, Options, decide, engine_of, inject, pod_specs, read_documents
 from stallprobe.inject.manifests import MAX_BYTES, MAX_DEPTH, MAX_NODES, NO_RUAMEL
@@ -454,7 +454,7 @@ def test_the_injected_command_as_the_kubelet_runs_it(stub: StubEngine, tmp_path:
     command = [
         sys.executable if word == "python3" else word.replace(PYZ_PATH, str(pyz)) for word in probe["exec"]["command"]
     ]
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("STALLPROBE_")}, "TMPDIR": str(tmp_path)}
+    env = clean_env(TMPDIR=str(tmp_path))
 
     def kubelet() -> tuple[int, str]:
         done = subprocess.run(

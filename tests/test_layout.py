@@ -19,39 +19,47 @@ LAYERS = {
     "stallprobe.exposition": 1,
     "stallprobe.engines": 2,
     "stallprobe.serving": 0,  # data: how each engine's server is started
-    "stallprobe.report": 1,
     "stallprobe.watch.hooks": 1,
     # The edges: HTTP, the state file, the single-file build.
     "stallprobe.scrape": 2,
     "stallprobe.statefile": 2,
     "stallprobe.pyz": 2,
     "stallprobe.console": 2,  # stdout and stderr, when they may be closed
-    "stallprobe.api": 3,  # questions beyond /metrics, over scrape's HTTP
+    # The words of a look: its line, its exit code, its precision note (reads the dialect's printing).
+    "stallprobe.report": 3,
+    "stallprobe.api": 4,  # questions beyond /metrics, over scrape's HTTP
     # The flags of every command.
-    "stallprobe.options": 3,
+    "stallprobe.options": 4,
     # The one pipeline: what an engine said at one look, for every command.
-    "stallprobe.observe": 4,
+    "stallprobe.observe": 5,
+    # The probe's stanza (its command, probes and timeoutSeconds): what inject writes and doctor prints.
+    "stallprobe.stanza": 6,
     # The commands: peers that never import each other.
-    "stallprobe.probe": 5,
-    "stallprobe.doctor": 5,
-    "stallprobe.inject": 5,
-    "stallprobe.inject.command": 5,
-    "stallprobe.inject.core": 5,
-    "stallprobe.inject.decide": 5,
-    "stallprobe.inject.manifests": 5,
-    "stallprobe.inject.shell": 5,
-    "stallprobe.inject.splice": 5,
-    "stallprobe.watch": 5,
-    "stallprobe.watch.command": 5,
-    "stallprobe.watch.poll": 5,
-    "stallprobe.watch.runner": 5,
-    "stallprobe.watch.view": 5,
-    "stallprobe.watch.serve": 5,
-    "stallprobe.watch.agent": 5,
+    "stallprobe.probe": 7,
+    "stallprobe.doctor": 7,
+    "stallprobe.doctor.command": 7,
+    "stallprobe.doctor.first": 7,
+    "stallprobe.doctor.looks": 7,
+    "stallprobe.doctor.probes": 7,
+    "stallprobe.doctor.words": 7,
+    "stallprobe.inject": 7,
+    "stallprobe.inject.command": 7,
+    "stallprobe.inject.core": 7,
+    "stallprobe.inject.decide": 7,
+    "stallprobe.inject.manifests": 7,
+    "stallprobe.inject.shell": 7,
+    "stallprobe.inject.splice": 7,
+    "stallprobe.watch": 7,
+    "stallprobe.watch.command": 7,
+    "stallprobe.watch.poll": 7,
+    "stallprobe.watch.runner": 7,
+    "stallprobe.watch.view": 7,
+    "stallprobe.watch.serve": 7,
+    "stallprobe.watch.agent": 7,
     # The dispatcher, and what starts it.
     "stallprobe": 0,
-    "stallprobe.cli": 6,
-    "stallprobe.__main__": 7,
+    "stallprobe.cli": 8,
+    "stallprobe.__main__": 9,
 }
 # Imports within one layer that are part of the design: a package and its own modules.
 PEERS = {
@@ -75,6 +83,14 @@ PEERS = {
     ("stallprobe.inject.core", "stallprobe.inject.decide"),
     ("stallprobe.inject.decide", "stallprobe.inject.shell"),
     ("stallprobe.inject.manifests", "stallprobe.inject.splice"),
+    ("stallprobe.doctor", "stallprobe.doctor.command"),
+    ("stallprobe.doctor.command", "stallprobe.doctor.first"),
+    ("stallprobe.doctor.command", "stallprobe.doctor.looks"),
+    ("stallprobe.doctor.command", "stallprobe.doctor.probes"),
+    ("stallprobe.doctor.command", "stallprobe.doctor.words"),
+    ("stallprobe.doctor.looks", "stallprobe.doctor.first"),
+    ("stallprobe.doctor.words", "stallprobe.doctor.first"),
+    ("stallprobe.doctor.words", "stallprobe.doctor.looks"),
 }
 
 
@@ -84,6 +100,8 @@ def test_peer_imports_have_no_cycle() -> None:
     order.append("stallprobe.watch")
     order += [f"stallprobe.inject.{name}" for name in ("shell", "decide", "core", "splice", "manifests", "command")]
     order.append("stallprobe.inject")
+    order += [f"stallprobe.doctor.{name}" for name in ("first", "looks", "probes", "words", "command")]
+    order.append("stallprobe.doctor")
     for importer, imported in PEERS:
         assert order.index(imported) < order.index(importer), (importer, imported)
 

@@ -312,3 +312,26 @@ def test_requests_deferred_behind_the_only_slot_drain_and_are_never_stalled(tmp_
         assert any(waiting for _, waiting in verdicts), verdicts
         code, fields = run(probe)
         assert (code, fields["verdict"]) == (0, "idle"), fields
+
+
+def test_a_real_engine_the_probe_cannot_judge_is_not_restarted(tmp_path: Path) -> None:
+    # llama.cpp's server without --metrics answers /metrics with 501: the probe cannot judge it, and its
+    # health route decides, as the httpGet of /health it replaces would. Then a read-only state folder.
+    with LlamaCppServer(metrics=False) as engine:
+        generation = engine.generate()
+        probe = Probe(engine.metrics_url, tmp_path / "probe.state", 3.0, timeout=30)
+        for _ in range(3):  # the kubelet's failureThreshold: three runs, none a failure
+            code, fields = run(probe)
+            assert (code, fields["verdict"]) == (0, "unjudged"), fields
+            assert "HTTP 501" in str(fields["error"])
+        strict = Probe(engine.metrics_url, tmp_path / "probe.state", 3.0, timeout=30, extra=["--strict"])
+        result = strict.run()
+        assert result.code == 3, result.stdout
+        assert generation.errors == []
+    with LlamaCppServer() as engine:
+        (tmp_path / "read-only").write_text("")  # a file where the state folder should be: nothing can be written
+        probe = Probe(engine.metrics_url, tmp_path / "read-only" / "probe.state", 3.0, timeout=30, extra=["--ready"])
+        for _ in range(3):
+            code, fields = run(probe)
+            assert (code, fields["verdict"], fields["ready"]) == (0, "unjudged", True), fields
+            assert "state file" in str(fields["error"])

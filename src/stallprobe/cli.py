@@ -28,6 +28,11 @@ def _wants_json(command: str, args: Sequence[str], env: Mapping[str, str]) -> bo
     return "--json" in args or (command == "probe" and env.get("STALLPROBE_JSON", "").lower() in _TRUE)
 
 
+def _report_only(command: str, args: Sequence[str], env: Mapping[str, str]) -> bool:
+    # Read from the raw arguments too, so that even a run whose flags do not parse exits 0.
+    return command == "probe" and ("--report-only" in args or env.get("STALLPROBE_REPORT_ONLY", "").lower() in _TRUE)
+
+
 def _environ() -> Mapping[str, str]:
     """os.environ, without importing os where nothing has (under `-I -S`: ~1.3 ms, a tenth of a probe run)."""
     os = sys.modules.get("os")
@@ -92,6 +97,11 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         elif isinstance(exc, OutputError):  # stdout is gone: stderr may still be read
             tell(f"error: {message}")
         else:
+            report_only = _report_only(command, args, env)
+            if report_only:
+                from .report import report_only_note
+
+                message = f"{message}; {report_only_note(exc.exit_code)}"
             line = f"error: {message}"
             if _wants_json(command, args, env):
                 import json
@@ -101,6 +111,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
                 line = json.dumps(error_fields(message, exc.exit_code), sort_keys=True)
             if not emit(line):
                 tell(f"error: {message}")
+            if report_only:
+                return 0  # judged and said, never acted on: the kubelet counts no failure
         return exc.exit_code
 
 

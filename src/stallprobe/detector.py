@@ -1,6 +1,8 @@
 """The stall detector: a pure function from (previous state, sample) to (verdict, next state).
 
-Everything that decides a verdict lives in this module, and nothing else does. It does no I/O, reads no
+Every rule that turns samples into a verdict lives in this module, and in no other. What a sample holds
+is the reader's business (engines.py says, per engine, which waiting requests are owed and which signals
+are heartbeats); how a verdict is judged from it is decided here alone. It does no I/O, reads no
 clock and no environment: the time is a field of the sample, the history is the state the caller passes
 in, and nothing is mutated. The CLI keeps the state in a file between runs; tests fold samples in memory.
 
@@ -516,18 +518,21 @@ def readiness(result: EnginesAssessment, drain_after: float, *, healthy: bool = 
 
     Ready when the engine serves (`healthy`: its health route answered 2xx), no engine is paused (asleep,
     or stopped for a weight update: it owes nothing, and takes nothing), and none has been busy with no
-    progress, or silent, for `drain_after`. A saturated engine stays ready: it is working, and taking it
-    out would push its load onto the others. A false "not ready" only sends new requests elsewhere for a
-    while (nothing is killed), so the drain window can be far shorter than the liveness window: the load
-    balancer drains a wedged engine long before anyone restarts it.
+    progress, or silent, for the earlier of `drain_after` and the liveness window (an engine already
+    stalled, about to be restarted, never takes new requests, whichever window is the shorter). A
+    saturated engine stays ready: it is working, and taking it out would push its load onto the others. A
+    false "not ready" only sends new requests elsewhere for a while (nothing is killed), so the drain
+    window can be far shorter than the liveness window: the load balancer drains a wedged engine long
+    before anyone restarts it.
     """
     if not drain_after > 0:
         raise ValueError(f"drain_after must be > 0 (got {drain_after!r})")
     engines = {}
     for name, one in result.engines.items():
         engines[name] = one
-        if one.verdict is Verdict.SUSPECT or one.verdict is Verdict.STALLED:
-            # The same stall clock, another window: the step's state does not depend on the window.
+        if one.verdict is Verdict.SUSPECT:
+            # The same stall clock, another window: the step's state does not depend on the window. A
+            # stalled verdict stays stalled: its window was reached first.
             verdict = Verdict.STALLED if one.stalled_for >= drain_after else Verdict.SUSPECT
             engines[name] = Assessment(verdict, one.state, one.reason, one.stalled_for)
     out = [name for name in engines if engines[name].verdict is Verdict.STALLED]

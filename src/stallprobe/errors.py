@@ -11,8 +11,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COMMANDS",
-    "EXIT_MEANINGS",
     "EXIT_TABLE",
+    "BadAnswer",
     "ExitCode",
     "InjectError",
     "MetricsError",
@@ -41,13 +41,14 @@ class ExitCode:
     INTERRUPTED = 130  # stopped by SIGINT (the shell's code) before watch --once or doctor saw enough
 
 
-# The one table of what each code means, per command (the probe's row is also EXIT_MEANINGS). Each
+# The one table of what each code means, per command (one column each). Each
 # command's --help prints its own column, the README prints them all; a test compares both with this.
 COMMANDS = ("probe", "watch", "inject", "doctor")
 EXIT_TABLE: dict[int, dict[str, str]] = {
     ExitCode.OK: {
         "probe": "alive: baseline, idle, paused, progressing, saturated or suspect (a slow answer is suspect);"
-        " with --ready: ready",
+        " or unjudged: the server answers but the page cannot be judged (3, 4 and 5 below) and the health"
+        " route answers 2xx; with --ready: ready; with --report-only: always",
         "watch": "stopped (Ctrl-C, SIGTERM, or its reader went away); with --once: every endpoint alive",
         "inject": "written (with --check: nothing would change)",
         "doctor": "the engine looks fit for the probe",
@@ -65,17 +66,20 @@ EXIT_TABLE: dict[int, dict[str, str]] = {
         "doctor": "usage error: a flag is invalid",
     },
     ExitCode.SCRAPE: {
-        "probe": "scrape or canary failed: refused, reset, empty, non-2xx (401: give the API key), too large",
+        "probe": "scrape or canary failed: refused, reset, empty; or non-2xx (401: give the API key) or too"
+        " large, and the health route fails too (or --strict)",
         "watch": "--once: an endpoint could not be scraped (and none stalled)",
         "doctor": "the engine could not be scraped: refused, reset, empty, non-2xx, too large",
     },
     ExitCode.METRICS: {
-        "probe": "not a metrics page, no known engine or several, or a required metric missing or unusable",
+        "probe": "not a metrics page, no known engine or several, or a required metric missing or unusable,"
+        " and the health route fails too (or --strict)",
         "watch": "--once: an endpoint is not a metrics page (and none stalled)",
         "doctor": "not a metrics page, no known engine, or a required metric missing",
     },
     ExitCode.STATE: {
-        "probe": "the state file cannot be read or written (read-only or full filesystem)",
+        "probe": "the state file cannot be read or written (read-only or full filesystem), and the health"
+        " route fails too (or --strict)",
     },
     ExitCode.CHANGES: {
         "inject": "--check: a run would change the manifests",
@@ -91,9 +95,6 @@ EXIT_TABLE: dict[int, dict[str, str]] = {
         "doctor": "interrupted before its first look",
     },
 }
-
-# What each code means to the probe: its --help and the README's probe column print it.
-EXIT_MEANINGS = {code: meanings["probe"] for code, meanings in EXIT_TABLE.items() if "probe" in meanings}
 
 
 def exit_lines(command: str) -> list[str]:
@@ -123,6 +124,12 @@ class ScrapeError(StallprobeError):
     """The /metrics page could not be fetched: refused, reset, non-2xx, too large, or past the deadline."""
 
     exit_code = ExitCode.SCRAPE
+
+
+class BadAnswer(ScrapeError):
+    """The server answered, but not with a page the probe can read: an HTTP error status (401 without the
+    key, 404 or 501 with the metrics off), a page too large, an encoding it cannot decode. The engine's
+    server is up, so the probe can still ask the engine's own health route (probe.py's fallback)."""
 
 
 class ScrapeTimeout(ScrapeError):

@@ -77,15 +77,19 @@ def observe(
     clock: Callable[[], float],
     *,
     readiness: bool = False,
+    page: bytes | None = None,
 ) -> Observation:
     """Look at the engine whose page is `url` once, against its history `previous`; `facts` is what the
     caller remembers of the endpoint (when its last canary went out), updated in place. `clock` gives the
     sample's time (CLOCK_MONOTONIC: one clock for every process since boot). With `readiness`, the health
-    route is asked too. Raises ScrapeError (not ScrapeTimeout: that is an Observation) and MetricsError."""
-    try:
-        page = fetch(url, settings.timeout, key=settings.key)
-    except ScrapeTimeout as exc:
-        return silent(previous, clock(), str(exc))
+    route is asked too. `page`: the page, when the caller has just read it itself (doctor's first contact,
+    which reads its status too), so that the look asks for it no second time. Raises ScrapeError (not
+    ScrapeTimeout: that is an Observation) and MetricsError."""
+    if page is None:
+        try:
+            page = fetch(url, settings.timeout, key=settings.key)
+        except ScrapeTimeout as exc:
+            return silent(previous, clock(), str(exc))
     now = clock()
     dialect = choose(page, settings.engine, settings.names)
     samples = read_engines(page, now, dialect, settings.progress_metric)
@@ -119,16 +123,20 @@ def _would_be_stuck(
     return verdict is Verdict.SUSPECT or verdict is Verdict.STALLED
 
 
-def health(url: str, settings: LookSettings) -> str:
-    """Why the engine's health route says it does not serve: "" when it answers 2xx, or 404 (a server
-    without that route has nothing to say about serving; the engines' own servers all have one)."""
+def health(url: str, settings: LookSettings, *, missing_ok: bool = True) -> str:
+    """Why the engine's health route says it does not serve: "" when it answers 2xx, or 404 with
+    `missing_ok` (beside a page that was judged, a server without that route has nothing to say about
+    serving; the engines' own servers all have one). Without `missing_ok` (the route alone decides, as
+    an httpGet probe of it would), a 404 is a failure too."""
     from .scrape import exchange, status_error
 
     try:
         answer = exchange(url, settings.timeout, key=settings.key, what="health")
     except ScrapeError as exc:
         return str(exc)
-    return "" if 200 <= answer.code < 300 or answer.code == 404 else status_error(f"health {url}", answer)
+    if 200 <= answer.code < 300 or (answer.code == 404 and missing_ok):
+        return ""
+    return status_error(f"health {url}", answer)
 
 
 def worst_case(timeout: float, asks: int = 0) -> float:

@@ -1,6 +1,7 @@
 """Every flag of every command in one table: its environment variable, how its value is read, its default.
 
-The probe, `watch` and `inject` each take a selection of the table, and one small parser serves all three.
+The probe, `watch`, `inject` and `doctor` each take a selection of the table, and one small parser serves
+them all.
 It is written by hand, not with argparse, because argparse pulls in `re` and gettext, which would be most
 of the probe's own start-up cost, paid every few seconds in every pod. Each value is read and checked as
 it is parsed; an invalid one is a UsageError that names the flag (or the variable) and the value.
@@ -296,7 +297,7 @@ STATE_FILE = Option(
     None,
     "the last sample's file",
     env="STALLPROBE_STATE_FILE",
-    shown="$TMPDIR/stallprobe-<url>.state",
+    shown="$TMPDIR/stallprobe-<host_port_path>-<hash>.state",
 )
 SATURATION = Option(
     "--saturation",
@@ -372,12 +373,29 @@ ENGINE_LABEL = Option(
     shown=_EACH_ENGINE,
 )
 JSON = Option("--json", "", switch, False, "print JSON objects instead of lines", env="STALLPROBE_JSON")
+STRICT = Option(
+    "--strict",
+    "",
+    switch,
+    False,
+    "fail (exit 3, 4 or 5) when the engine's page cannot be judged, instead of asking its health route",
+    env="STALLPROBE_STRICT",
+)
+REPORT_ONLY = Option(
+    "--report-only",
+    "",
+    switch,
+    False,
+    "judge, print and keep the state, but always exit 0 (the line says what the exit would have been)",
+    env="STALLPROBE_REPORT_ONLY",
+)
 READY = Option(
     "--ready",
     "",
     switch,
     False,
-    "readiness: exit 0 only when /health answers 2xx and the engine is not stalled under --drain-after",
+    "readiness: exit 0 unless the engine is stalled under --drain-after or the window, paused, or its health"
+    " route fails",
     env="STALLPROBE_READY",
 )
 DRAIN_AFTER = Option(
@@ -524,6 +542,8 @@ PROBE = (
     READY,
     DRAIN_AFTER,
     JSON,
+    STRICT,
+    REPORT_ONLY,
 )
 WATCH = (
     INTERVAL,
@@ -543,10 +563,11 @@ WATCH = (
     AGENT,
     DRAIN_AFTER,
 )
-# The doctor reads the engine as the probe would, and reads the probe's environment as the probe does.
-DOCTOR = (URL, SECONDS, TIMEOUT, *ENGINE_OPTIONS, API_KEY_FILE)
+# The doctor looks at the engine as the probe would (every look option, the readiness rule's drain window
+# too), and reads the probe's environment as the probe does.
+DOCTOR = (URL, SECONDS, TIMEOUT, *ENGINE_OPTIONS, API_KEY_FILE, CANARY, CANARY_INTERVAL, SERVER_LOAD, DRAIN_AFTER)
 # The probe's own flags that inject writes into the probes it adds, when given.
-PASSED_ON = (*ENGINE_OPTIONS, CANARY, CANARY_INTERVAL, SERVER_LOAD, API_KEY_FILE)
+PASSED_ON = (*ENGINE_OPTIONS, CANARY, CANARY_INTERVAL, SERVER_LOAD, API_KEY_FILE, STRICT, REPORT_ONLY)
 INJECT = (
     FILENAME,
     CONTAINER,

@@ -11,10 +11,10 @@ import time
 
 from . import __version__
 from .console import emit, show, tell
-from .detector import Verdict, assess_engines, readiness
-from .errors import ExitCode
+from .detector import assess_engines, readiness
+from .errors import BadAnswer, ExitCode, MetricsError, StateFileError
 from .options import PROBE, LookSettings, api_key, help_page, parse
-from .report import describe, json_fields
+from .report import describe, json_fields, precision, ready_line, report_only_note, verdict_code
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -53,6 +53,8 @@ class Config(LookSettings):
     state_file: str
     ready: bool
     json: bool
+    strict: bool
+    report_only: bool
 
 
 def configure(argv: Sequence[str], environ: Mapping[str, str]) -> Config | str:
@@ -76,7 +78,51 @@ def _print(line: str) -> None:
 
 def run(config: Config) -> int:
     """One probe run: the exit code (OK or STALLED; with --ready, OK or not ready). Every failure is a
-    StallprobeError."""
+    StallprobeError.
+
+    Never worse than the health check it replaces: when the engine's server answers but the probe cannot
+    judge it (not a metrics page, a required metric missing, an HTTP error from /metrics, a key it lacks,
+    a state file it cannot write), the engine's own health route decides, as an httpGet probe of it would:
+    2xx is exit 0 with a line that says the probe could not judge and why; anything else is the error's
+    own failure. A server that does not answer at all stays a failure, and a page silent for the window
+    stays stalled. --strict fails at once instead.
+    """
+    try:
+        return _judge(config)
+    except (BadAnswer, MetricsError, StateFileError) as exc:
+        if config.strict:
+            raise
+        return _unjudged(config, exc)
+
+
+def _unjudged(config: Config, blind: BadAnswer | MetricsError | StateFileError) -> int:
+    """The fallback: the engine's health route, asked once; exit 0 when it answers 2xx, else `blind`
+    raised again with the health route's answer."""
+    from .engines import DIALECTS
+    from .observe import health, origin
+    from .report import unjudged_line
+
+    route = next((d.health_route for d in DIALECTS if d.name == config.engine), "/health")
+    url = origin(config.url) + route
+    why = health(url, config, missing_ok=False)
+    if why:
+        raise type(blind)(f"{blind}; and {why}") from None
+    line = unjudged_line(str(blind), route)
+    if config.ready:
+        line = f"ready: {line}"
+    if config.json:
+        import json
+
+        fields = {"verdict": "unjudged", "error": str(blind), "message": line, "exit_code": int(ExitCode.OK)}
+        if config.ready:
+            fields["ready"] = True
+        line = json.dumps(fields, sort_keys=True)
+    _print(line)
+    return ExitCode.OK
+
+
+def _judge(config: Config) -> int:
+    """Look, judge against the state file, save, and report: the exit code."""
     from .observe import observe
     from .statefile import load, read_boot_id
 
@@ -161,15 +207,22 @@ def _report(
     as judged for routing, under the drain window.
     """
     window = config.window
-    code = ExitCode.STALLED if result.verdict is Verdict.STALLED else ExitCode.OK
     if config.ready:
         ready, result = readiness(result, config.drain_after, healthy=not seen.health)
         window = config.drain_after
         code = ExitCode.OK if ready else ExitCode.STALLED
-    line = describe(result, previous, why, window, _precision(seen, result), silence=seen.silence, note=seen.note)
-    if config.ready:
-        stuck = result.verdict is Verdict.STALLED or result.verdict is Verdict.PAUSED
-        line = f"ready: {line}" if code == ExitCode.OK else f"not ready: {line if stuck else seen.health}"
+        line = ready_line(
+            result, previous, why, window, seen.dialect,
+            ready=ready, health=seen.health, silence=seen.silence, note=seen.note,
+        )  # fmt: skip
+    else:
+        code = verdict_code(result.verdict)
+        worst = result.engines[result.worst]
+        line = describe(
+            result, previous, why, window, precision(seen.dialect, worst), silence=seen.silence, note=seen.note
+        )
+    if config.report_only and code != ExitCode.OK:
+        line = f"{line}; {report_only_note(code)}"
     if config.json:
         import json  # only on this path: json pulls in re, which the plain line does not need
 
@@ -179,15 +232,7 @@ def _report(
             fields["ready"] = code == ExitCode.OK
         line = json.dumps(fields, sort_keys=True)
     _print(line)
-    return code
-
-
-def _precision(seen: Observation, result: EnginesAssessment) -> str:
-    if seen.dialect is None or result.verdict not in (Verdict.SUSPECT, Verdict.STALLED):
-        return ""
-    from .engines import precision_note
-
-    return precision_note(seen.dialect, result.engines[result.worst].state.last)
+    return ExitCode.OK if config.report_only else code
 
 
 def main(argv: Sequence[str], environ: Mapping[str, str]) -> int:

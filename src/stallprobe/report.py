@@ -8,12 +8,14 @@ prefix (the verdict), no timestamp, and stays short: the kubelet shows it in `ku
 from __future__ import annotations
 
 from .detector import Verdict
+from .errors import ExitCode
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from .detector import Assessment, EnginesAssessment, Sample, State
+    from .engines import Dialect
 
 __all__ = [
     "ENDPOINT_VERDICTS",
@@ -22,13 +24,19 @@ __all__ = [
     "WORST_LAST",
     "baseline_why",
     "describe",
+    "drain_warning",
     "duration",
     "error_fields",
     "json_fields",
     "note",
     "num",
     "owed",
+    "precision",
+    "ready_line",
+    "report_only_note",
     "secs",
+    "unjudged_line",
+    "verdict_code",
 ]
 
 # Two verdicts belong to an endpoint that `watch` could not judge, not to an engine: the scrape failed
@@ -98,6 +106,31 @@ def paused_for(one: Assessment) -> float:
     return 0.0 if since is None else one.state.last.t - since
 
 
+def verdict_code(verdict: Verdict) -> int:
+    """The exit code of a verdict: 1 (restart me) for stalled, and for nothing else."""
+    return ExitCode.STALLED if verdict is Verdict.STALLED else ExitCode.OK
+
+
+def precision(dialect: Dialect | None, one: Assessment) -> str:
+    """Why a frozen reading may be the engine's printer, not the engine (engines.precision_note): said of
+    an engine that is suspect or stalled, "" of any other, or when there is no page."""
+    if dialect is None or (one.verdict is not Verdict.SUSPECT and one.verdict is not Verdict.STALLED):
+        return ""
+    from .engines import precision_note  # only for a frozen engine
+
+    return precision_note(dialect, one.state.last)
+
+
+def drain_warning(drain_after: float, window: float) -> str:
+    """What to say once when --drain-after is not shorter than --window: "" when it is."""
+    if drain_after < window:
+        return ""
+    return (
+        f"--drain-after {num(drain_after)} s is not shorter than --window {num(window)} s: a wedged engine "
+        "keeps its traffic until it is stalled, so the load balancer no longer drains it before the restart"
+    )
+
+
 def describe(
     result: EnginesAssessment,
     previous: Mapping[str, State] | None,
@@ -149,6 +182,42 @@ def describe(
         line = f"{head}; {frozen(worst, '')} (window {num(window)} s)" + (f"; {precision}" if precision else "")
         line += f"; {owed(s)}" if owed(s) else ""
     return f"{line}; {note}" if note else line
+
+
+def ready_line(
+    routing: EnginesAssessment,
+    previous: Mapping[str, State] | None,
+    first: str,
+    drain_after: float,
+    dialect: Dialect | None,
+    *,
+    ready: bool,
+    health: str | None,
+    silence: str = "",
+    note: str = "",
+) -> str:
+    """The readiness line, for the probe's --ready and watch's /ready: `routing` is detector.readiness()'s
+    step (judged with the drain window), `health` why the health route says the engine does not serve.
+    Ready: the step in words; not ready: the step of the engine that takes the page out of routing
+    (stuck or paused), else the health route's why."""
+    line = describe(
+        routing, previous, first, drain_after, precision(dialect, routing.engines[routing.worst]),
+        silence=silence, note=note,
+    )  # fmt: skip
+    if ready:
+        return f"ready: {line}"
+    stuck = routing.verdict is Verdict.STALLED or routing.verdict is Verdict.PAUSED
+    return f"not ready: {line if stuck or not health else health}"
+
+
+def unjudged_line(why: str, route: str) -> str:
+    """The line of a run that could not judge the engine but found it serving by its health route."""
+    return f"unjudged: {why}; {route} answers 2xx, so the engine serves (the probe cannot judge its progress)"
+
+
+def report_only_note(code: int) -> str:
+    """What --report-only adds to a run that would have failed: the exit it did not take."""
+    return f"report-only: exit 0, not {code}"
 
 
 def note(

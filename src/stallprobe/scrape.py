@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 
-from .errors import ScrapeError, ScrapeTimeout
+from .errors import BadAnswer, ScrapeError, ScrapeTimeout
 
 try:
     # The C module that `socket` wraps. `socket` itself turns every constant into an enum member when it
@@ -111,9 +111,9 @@ def _decompress(body: bytes, encoding: str, max_bytes: int, where: str) -> bytes
         except zlib.error:
             continue
         if len(page) > max_bytes or decoder.unconsumed_tail:
-            raise ScrapeError(f"{where}: page larger than {max_bytes} bytes once decompressed")
+            raise BadAnswer(f"{where}: page larger than {max_bytes} bytes once decompressed")
         return page
-    raise ScrapeError(f"{where}: answer claims {encoding} encoding but does not decode")
+    raise BadAnswer(f"{where}: answer claims {encoding} encoding but does not decode")
 
 
 def _connect(host: bytes, port: int, deadline: float, where: str, timeout: float) -> net.socket:
@@ -159,7 +159,7 @@ def fetch(url: str, timeout: float, max_bytes: int = MAX_PAGE_BYTES, key: str = 
     (ScrapeTimeout when the deadline passed)."""
     answer = exchange(url, timeout, max_bytes=max_bytes, key=key)
     if not 200 <= answer.code < 300:
-        raise ScrapeError(status_error(f"scrape {url}", answer))
+        raise BadAnswer(status_error(f"scrape {url}", answer))
     return answer.body
 
 
@@ -229,7 +229,7 @@ def exchange(
                     if head_end >= 0:
                         expected = _content_length(_headers(bytes(data[:head_end])), where)
                 if head_end >= 0 and len(data) - head_end - 4 > max_bytes:
-                    raise ScrapeError(f"{where}: page larger than {max_bytes} bytes")
+                    raise BadAnswer(f"{where}: page larger than {max_bytes} bytes")
                 if 0 <= expected <= len(data) - head_end - 4:
                     break  # the whole body is here; no need to wait for the close
         finally:
@@ -294,5 +294,5 @@ def _answer(data: bytes, where: str, max_bytes: int) -> Answer:
     if encoding in ("gzip", "x-gzip", "deflate"):
         body = _decompress(body, encoding, max_bytes, where)
     elif encoding not in ("", "identity"):
-        raise ScrapeError(f"{where}: unsupported Content-Encoding {encoding[:40]!r}")
+        raise BadAnswer(f"{where}: unsupported Content-Encoding {encoding[:40]!r}")
     return Answer(code, reason, headers, body)

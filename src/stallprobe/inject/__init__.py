@@ -11,8 +11,8 @@ nothing guards the model's loading; mounts a ConfigMap that holds the single-fil
 ConfigMap last, one per namespace. Injecting its own output changes nothing, byte for byte.
 
 The modules: shell.py (command lines as a shell splits them), decide.py (the decision), core.py (the
-probe stanzas and the walk over documents), manifests.py (YAML and JSON read with their limits, and
-written back), splice.py (a changed document written as its own text with only the changed parts
+walk over documents, writing the stanzas stanza.py builds), manifests.py (YAML and JSON read with their
+limits, and written back), splice.py (a changed document written as its own text with only the changed parts
 rewritten), command.py (the command, Helm's post-renderer and Kustomize's KRM function). YAML goes
 through ruamel.yaml, a dependency of the package; the probe itself never imports it.
 """
@@ -20,8 +20,9 @@ through ruamel.yaml, a dependency of the package; the probe itself never imports
 from __future__ import annotations
 
 from ..errors import InjectError
+from ..stanza import LAUNCHER, PYZ_PATH
 from .command import main
-from .core import LAUNCHER, PYZ_PATH, Options, inject, pod_specs
+from .core import Options, inject, pod_specs
 from .decide import Choice, Decision, decide, engine_of
 from .manifests import read_documents, write_documents
 

@@ -64,6 +64,8 @@ class InjectConfig(EngineSettings):
     canary: bool
     canary_interval: float
     server_load: bool
+    strict: bool
+    report_only: bool
     period: int
     failure_threshold: int
     force: bool

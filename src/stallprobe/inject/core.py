@@ -8,16 +8,23 @@ containers need nothing is reported unchanged and its text goes out as it came i
 from __future__ import annotations
 
 import base64
-import math
 
 from .. import __version__
-from ..detector import DEFAULT_WINDOW
-from ..engines import DIALECTS
-from ..observe import kubelet_timeout
-from ..options import DEFAULT_FAILURE_THRESHOLD, DEFAULT_PERIOD, DEFAULT_STARTUP_BUDGET, DEFAULT_TIMEOUT
-from ..pyz import launcher
-from ..report import num
-from .decide import PYZ_KEY, Choice, Decision, decide
+from ..report import drain_warning, num
+from ..stanza import (
+    PYZ_DIR,
+    PYZ_KEY,
+    READY_PERIOD,
+    STATE_DIR,
+    Plan,
+    health_route,
+    liveness_probe,
+    probe_command,
+    readiness_probe,
+    restart_after,
+    startup_probe,
+)
+from .decide import Choice, Decision, decide
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -26,17 +33,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Options", "configmap", "container_fields", "inject", "pod_specs"]
 
-PYZ_DIR = "/opt/stallprobe"
-PYZ_PATH = f"{PYZ_DIR}/{PYZ_KEY}"
-# The pod runs the archive through `-c`, not as `python3 stallprobe.pyz`: running a zip goes through
-# runpy, ~8 ms of CPU a run (a third of the probe's cost) for nothing.
-LAUNCHER = launcher(PYZ_PATH)
-STATE_DIR = "/run/stallprobe"
 VOLUME = "stallprobe"
 STATE_VOLUME = "stallprobe-state"
-STARTUP_PERIOD = 10
-# Readiness is asked often and fails at once: it only moves new requests elsewhere, it restarts nothing.
-READY_PERIOD = 5
 # Where each workload kind keeps its pod templates' specs, and the role each template plays.
 TEMPLATE_PATHS: dict[str, list[tuple[tuple[str, ...], str]]] = {
     "Pod": [(("spec",), "pod")],
@@ -54,22 +52,10 @@ TEMPLATE_PATHS: dict[str, list[tuple[tuple[str, ...], str]]] = {
 SUPPORTED = ", ".join(TEMPLATE_PATHS)
 
 
-class Options:
-    __slots__ = (
-        "configmap",
-        "container",
-        "drain_after",
-        "engine",
-        "failure",
-        "force",
-        "period",
-        "probe_args",
-        "pyz",
-        "startup_budget",
-        "state_volume",
-        "timeout",
-        "window",
-    )
+class Options(Plan):
+    """inject's settings: the stanza's plan, and where and how to write it."""
+
+    __slots__ = ("configmap", "container", "engine", "force", "pyz", "state_volume")
 
     def __init__(
         self,
@@ -77,31 +63,18 @@ class Options:
         configmap: str = "stallprobe",
         container: str | None = None,
         engine: str | None = None,
-        window: float = DEFAULT_WINDOW,
-        timeout: float = DEFAULT_TIMEOUT,
-        period: int = DEFAULT_PERIOD,
-        failure: int = DEFAULT_FAILURE_THRESHOLD,
         force: bool = False,
         state_volume: bool = False,
         pyz: bytes = b"",
-        probe_args: Sequence[str] = (),
-        startup_budget: float = DEFAULT_STARTUP_BUDGET,
-        drain_after: float | None = None,
+        **plan: Any,
     ) -> None:
+        super().__init__(**plan)
         self.configmap = configmap
         self.container = container
         self.engine = engine
-        self.window = window
-        self.timeout = timeout
-        self.period = period
-        self.failure = failure
         self.force = force
         self.state_volume = state_volume
         self.pyz = pyz
-        # The probe's other engine flags, as given to inject (--saturation 4, --progress-metric X, ...).
-        self.probe_args = tuple(probe_args)
-        self.startup_budget = startup_budget
-        self.drain_after = drain_after  # None: no readiness probe
 
 
 def _dig(doc: Any, path: Sequence[str]) -> Any:
@@ -142,70 +115,6 @@ def _has_containers(node: Any, depth: int = 0) -> bool:
     return False
 
 
-def probe_command(port: int, engine: str | None, options: Options, state_volume: bool) -> list[str]:
-    command = ["python3", "-I", "-S", "-c", LAUNCHER, "--url", f"http://127.0.0.1:{port}/metrics"]
-    command += ["--window", num(options.window), "--timeout", num(options.timeout)]
-    if engine is not None:
-        command += ["--engine", engine]
-    if state_volume:
-        command += ["--state-file", f"{STATE_DIR}/probe.state"]
-    command += options.probe_args
-    return command
-
-
-def timeout_seconds(options: Options, *, ready: bool = False) -> int:
-    """The probe's timeoutSeconds: a readiness run also asks the engine's health route."""
-    extra = sum(flag in options.probe_args for flag in ("--canary", "--server-load"))
-    return kubelet_timeout(options.timeout, extra + ready)
-
-
-def liveness_probe(command: list[str], options: Options, old: Any) -> dict[str, Any]:
-    probe: dict[str, Any] = {"exec": {"command": command}}
-    delay = _dig(old, ("initialDelaySeconds",))
-    if isinstance(delay, int):  # model loading: keep the operator's delay (a startupProbe is better)
-        probe["initialDelaySeconds"] = delay
-    probe["periodSeconds"] = options.period
-    probe["timeoutSeconds"] = timeout_seconds(options)
-    probe["successThreshold"] = 1
-    probe["failureThreshold"] = options.failure
-    return probe
-
-
-def health_route(engine: str | None) -> str:
-    return next((d.health_route for d in DIALECTS if d.name == engine), "/health")
-
-
-def startup_probe(port: int, engine: str | None, loopback: bool, options: Options) -> dict[str, Any]:
-    """GET the engine's health route until it answers, for up to the budget. An engine bound to loopback
-    (SGLang's and llama.cpp's default) cannot be reached by the kubelet's httpGet, which dials the pod's
-    IP: there the same GET runs inside the container."""
-    route = health_route(engine)
-    probe: dict[str, Any]
-    if loopback:
-        program = (
-            "import sys, urllib.request as u\n"
-            f"try: u.urlopen('http://127.0.0.1:{port}{route}', timeout=3)\n"
-            "except Exception as e: sys.exit(str(e))"
-        )
-        probe = {"exec": {"command": ["python3", "-I", "-S", "-c", program]}}
-    else:
-        probe = {"httpGet": {"path": route, "port": port}}
-    probe["periodSeconds"] = STARTUP_PERIOD
-    probe["timeoutSeconds"] = 5
-    probe["failureThreshold"] = math.ceil(options.startup_budget / STARTUP_PERIOD)
-    return probe
-
-
-def readiness_probe(command: list[str], drain_after: float, options: Options) -> dict[str, Any]:
-    return {
-        "exec": {"command": [*command, "--ready", "--drain-after", num(drain_after)]},
-        "periodSeconds": READY_PERIOD,
-        "timeoutSeconds": timeout_seconds(options, ready=True),
-        "successThreshold": 1,
-        "failureThreshold": 1,
-    }
-
-
 def _put(items: list[Any], entry: dict[str, Any]) -> bool:
     """Add `entry` to a list of named entries, replacing one of the same name in place; whether it changed."""
     for i, item in enumerate(items):
@@ -237,12 +146,12 @@ def _enable_metrics(container: dict[str, Any], how: tuple[str, str]) -> None:
 def container_fields(decision: Decision, options: Options, old: Any, state_volume: bool) -> dict[str, Any]:
     """The fields inject writes into one container: liveness, and as the decision says, startup and
     readiness probes; then the volume mounts."""
-    command = probe_command(decision.port, decision.engine, options, state_volume)
+    command = probe_command(decision.port, decision.engine, options, state_volume=state_volume)
     fields: dict[str, Any] = {"livenessProbe": liveness_probe(command, options, old)}
     if decision.startup:
         fields["startupProbe"] = startup_probe(decision.port, decision.engine, decision.loopback, options)
     if decision.readiness in ("added", "replaced", "ours") and options.drain_after is not None:
-        fields["readinessProbe"] = readiness_probe(command, options.drain_after, options)
+        fields["readinessProbe"] = readiness_probe(command, options)
     mounts = [{"name": VOLUME, "mountPath": PYZ_DIR, "readOnly": True}]
     if state_volume:
         mounts.append({"name": STATE_VOLUME, "mountPath": STATE_DIR})
@@ -255,7 +164,7 @@ def _line(where: str, decision: Decision, options: Options, changed: bool) -> st
     if not changed:
         return f"{where}: already injected, unchanged ({engine}, port {decision.port})"
     verb = "replaced" if decision.liveness in ("replaced", "ours") else "added"
-    lives = options.window + options.period * (options.failure - 1)
+    lives = restart_after(options)
     parts = [
         f"{where}: {verb} the liveness probe ({engine}, port {decision.port} from {decision.port_from}); a wedged "
         f"engine is restarted about {num(lives)} s after its last progress (window {num(options.window)} s + "
@@ -364,6 +273,9 @@ def inject(docs: list[Any], options: Options) -> tuple[list[Any], list[str], set
     holds one of that name and namespace (the output of an earlier run), that one brought up to date.
     """
     log: list[str] = []
+    if options.drain_after is not None:
+        warning = drain_warning(options.drain_after, options.window)
+        log += [warning] if warning else []
     namespaces: list[str | None] = []
     changed: set[int] = set()
     seen = False

@@ -18,6 +18,7 @@ import time
 from ..console import show, silence, tell
 from ..errors import ExitCode, UsageError
 from ..options import WATCH, api_key, help_page, parse, url
+from ..report import drain_warning
 from .hooks import HOOK_FLAGS
 from .poll import Watch, WatchConfig
 from .view import Output, once_code
@@ -165,6 +166,10 @@ def main(argv: Sequence[str], environ: Mapping[str, str]) -> int:
 
         return show(help_text() if config == "help" else f"stallprobe {__version__}")
     assert isinstance(config, WatchConfig)
+    # Said where a load balancer follows the readiness rule: that is what a drain window is for.
+    warning = drain_warning(config.drain_after, config.window) if config.listen is not None else ""
+    if warning:
+        tell(f"stallprobe watch: {warning}")
     watch = Watch(config, environ)
     # Started with stdout closed (a service that only serves --listen): nothing to show it on.
     output = Output(config, sys.stdout if sys.stdout is not None else open(os.devnull, "w"))  # noqa: SIM115

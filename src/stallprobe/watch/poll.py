@@ -20,11 +20,10 @@ import threading
 import time
 
 from ..detector import EnginesAssessment, Verdict, assess_engines, readiness
-from ..engines import precision_note
-from ..errors import ExitCode, ScrapeError, StallprobeError
+from ..errors import ScrapeError, StallprobeError
 from ..observe import budget, observe, silent
 from ..options import WATCH, LookSettings
-from ..report import ERROR, UNREACHABLE, describe, note, num, secs
+from ..report import ERROR, UNREACHABLE, describe, note, num, precision, ready_line, secs, verdict_code
 from .hooks import Memory, consider
 from .runner import Runner
 
@@ -280,28 +279,12 @@ class Watch:
             row = _engine_row(endpoint.url, dialect, name, one, previous=previous, fresh=fresh, several=several,
                               window=config.window, seen=seen)  # fmt: skip
             row.ready = ready
-            row.ready_message = _ready_line(
-                routing, seen, previous=previous, fresh=fresh, drain_after=config.drain_after, ready=ready
-            )
+            row.ready_message = ready_line(
+                routing, previous, fresh, config.drain_after, dialect,
+                ready=ready, health=seen.health, silence=seen.silence, note=seen.note,
+            )  # fmt: skip
             rows.append(row)
         return rows
-
-
-def _ready_line(
-    routing: EnginesAssessment,
-    seen: Observation,
-    *,
-    previous: Mapping[str, State] | None,
-    fresh: str,
-    drain_after: float,
-    ready: bool,
-) -> str:
-    """What /ready answers for the endpoint: the probe's --ready line."""
-    line = describe(routing, previous, fresh, drain_after, silence=seen.silence, note=seen.note)
-    if ready:
-        return f"ready: {line}"
-    stuck = routing.verdict is Verdict.STALLED or routing.verdict is Verdict.PAUSED
-    return f"not ready: {line if stuck else seen.health}"
 
 
 def _failure(url: str, exc: StallprobeError) -> Row:
@@ -328,7 +311,7 @@ def _engine_row(
 ) -> Row:
     sample = one.state.last
     before = previous.get(name) if previous else None
-    code = int(ExitCode.STALLED if one.verdict is Verdict.STALLED else ExitCode.OK)
+    code = verdict_code(one.verdict)
     dialect_name = dialect.name if dialect else None
     engine = name if several else None
     if seen.silence:
@@ -343,10 +326,9 @@ def _engine_row(
         elapsed = sample.t - before.last.t
         prompt_rate = (sample.prompt - before.last.prompt) / elapsed
         generation_rate = (sample.generation - before.last.generation) / elapsed
-    stuck = one.verdict in (Verdict.SUSPECT, Verdict.STALLED)
-    precision = precision_note(dialect, sample) if dialect is not None and stuck else ""
+    why_frozen = precision(dialect, one)
     # describe() says why a baseline was taken; `fresh` (why there is no history at all) comes first.
-    message = describe(EnginesAssessment({name: one}), previous, fresh, window, precision, note=seen.note)
+    message = describe(EnginesAssessment({name: one}), previous, fresh, window, why_frozen, note=seen.note)
     return Row(
         url,
         name,
@@ -361,5 +343,5 @@ def _engine_row(
         prompt_rate=prompt_rate,
         generation_rate=generation_rate,
         stalled_for=one.stalled_for,
-        note="; ".join(part for part in (note(one, before, previous, fresh, precision), seen.note) if part),
+        note="; ".join(part for part in (note(one, before, previous, fresh, why_frozen), seen.note) if part),
     )

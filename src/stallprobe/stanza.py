@@ -1,0 +1,152 @@
+"""The probe's stanza: the command a pod runs, the liveness, startup and readiness probes around it, and
+their timeoutSeconds, from one set of look options. Pure: `inject` writes what this builds into manifests,
+and `doctor` prints the same for the engine it looked at, so the two can never disagree.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .detector import DEFAULT_WINDOW
+from .engines import DIALECTS
+from .observe import kubelet_timeout
+from .options import DEFAULT_FAILURE_THRESHOLD, DEFAULT_PERIOD, DEFAULT_STARTUP_BUDGET, DEFAULT_TIMEOUT
+from .pyz import launcher
+from .report import num
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any
+
+__all__ = [
+    "LAUNCHER",
+    "PYZ_DIR",
+    "PYZ_KEY",
+    "PYZ_PATH",
+    "READY_PERIOD",
+    "STARTUP_PERIOD",
+    "STATE_DIR",
+    "Plan",
+    "health_route",
+    "liveness_probe",
+    "probe_command",
+    "readiness_probe",
+    "restart_after",
+    "startup_probe",
+    "timeout_seconds",
+]
+
+# The single-file build, as the ConfigMap's key and where the pod mounts it.
+PYZ_KEY = "stallprobe.pyz"
+PYZ_DIR = "/opt/stallprobe"
+PYZ_PATH = f"{PYZ_DIR}/{PYZ_KEY}"
+# The pod runs the archive through `-c`, not as `python3 stallprobe.pyz`: running a zip goes through
+# runpy, ~8 ms of CPU a run (a third of the probe's cost) for nothing.
+LAUNCHER = launcher(PYZ_PATH)
+STATE_DIR = "/run/stallprobe"
+STARTUP_PERIOD = 10
+# Readiness is asked often and fails at once: it only moves new requests elsewhere, it restarts nothing.
+READY_PERIOD = 5
+
+
+class Plan:
+    """What the probes are built from: the look's window and timeout, the kubelet's period and failure
+    threshold, the startup budget, the drain window (None: no readiness probe), and the probe's other
+    engine flags as given (--saturation 4, --progress-metric X, ...)."""
+
+    __slots__ = ("drain_after", "failure", "period", "probe_args", "startup_budget", "timeout", "window")
+
+    def __init__(
+        self,
+        *,
+        window: float = DEFAULT_WINDOW,
+        timeout: float = DEFAULT_TIMEOUT,
+        period: int = DEFAULT_PERIOD,
+        failure: int = DEFAULT_FAILURE_THRESHOLD,
+        probe_args: Sequence[str] = (),
+        startup_budget: float = DEFAULT_STARTUP_BUDGET,
+        drain_after: float | None = None,
+    ) -> None:
+        self.window = window
+        self.timeout = timeout
+        self.period = period
+        self.failure = failure
+        self.probe_args = tuple(probe_args)
+        self.startup_budget = startup_budget
+        self.drain_after = drain_after
+
+
+def restart_after(plan: Plan) -> float:
+    """About how long after its last progress a wedged engine is restarted: the window, then the
+    kubelet's further failed runs (period x (failureThreshold - 1))."""
+    return plan.window + plan.period * (plan.failure - 1)
+
+
+def probe_command(port: int, engine: str | None, plan: Plan, *, state_volume: bool = False) -> list[str]:
+    """The liveness probe's command, run in the engine's container, where the engine is on loopback."""
+    command = ["python3", "-I", "-S", "-c", LAUNCHER, "--url", f"http://127.0.0.1:{port}/metrics"]
+    command += ["--window", num(plan.window), "--timeout", num(plan.timeout)]
+    if engine is not None:
+        command += ["--engine", engine]
+    if state_volume:
+        command += ["--state-file", f"{STATE_DIR}/probe.state"]
+    command += plan.probe_args
+    return command
+
+
+def timeout_seconds(plan: Plan, *, ready: bool = False) -> int:
+    """The probe's timeoutSeconds: a readiness run also asks the engine's health route."""
+    extra = sum(flag in plan.probe_args for flag in ("--canary", "--server-load"))
+    return kubelet_timeout(plan.timeout, extra + ready)
+
+
+def liveness_probe(command: list[str], plan: Plan, old: Any = None) -> dict[str, Any]:
+    """The livenessProbe; an operator's initialDelaySeconds on the probe it replaces (`old`) is kept."""
+    probe: dict[str, Any] = {"exec": {"command": command}}
+    delay = old.get("initialDelaySeconds") if isinstance(old, dict) else None
+    if isinstance(delay, int):  # model loading: keep the operator's delay (a startupProbe is better)
+        probe["initialDelaySeconds"] = delay
+    probe["periodSeconds"] = plan.period
+    probe["timeoutSeconds"] = timeout_seconds(plan)
+    probe["successThreshold"] = 1
+    probe["failureThreshold"] = plan.failure
+    return probe
+
+
+def health_route(engine: str | None) -> str:
+    """The engine's own health route (/health when the engine is read from the page)."""
+    return next((d.health_route for d in DIALECTS if d.name == engine), "/health")
+
+
+def startup_probe(port: int, engine: str | None, loopback: bool, plan: Plan) -> dict[str, Any]:
+    """GET the engine's health route until it answers, for up to the budget. An engine bound to loopback
+    (SGLang's and llama.cpp's default) cannot be reached by the kubelet's httpGet, which dials the pod's
+    IP: there the same GET runs inside the container."""
+    route = health_route(engine)
+    probe: dict[str, Any]
+    if loopback:
+        program = (
+            "import sys, urllib.request as u\n"
+            f"try: u.urlopen('http://127.0.0.1:{port}{route}', timeout=3)\n"
+            "except Exception as e: sys.exit(str(e))"
+        )
+        probe = {"exec": {"command": ["python3", "-I", "-S", "-c", program]}}
+    else:
+        probe = {"httpGet": {"path": route, "port": port}}
+    probe["periodSeconds"] = STARTUP_PERIOD
+    probe["timeoutSeconds"] = 5
+    probe["failureThreshold"] = math.ceil(plan.startup_budget / STARTUP_PERIOD)
+    return probe
+
+
+def readiness_probe(command: list[str], plan: Plan) -> dict[str, Any]:
+    """The readinessProbe: the same command with --ready and the drain window (plan.drain_after)."""
+    assert plan.drain_after is not None
+    return {
+        "exec": {"command": [*command, "--ready", "--drain-after", num(plan.drain_after)]},
+        "periodSeconds": READY_PERIOD,
+        "timeoutSeconds": timeout_seconds(plan, ready=True),
+        "successThreshold": 1,
+        "failureThreshold": 1,
+    }
