@@ -71,19 +71,29 @@ def test_the_source_cites_none_either() -> None:
         assert not found, (path.name, found)
 
 
-def test_the_pools_page_shows_the_tested_haproxy_configuration() -> None:
-    """Each line of the HAProxy configuration the pools page shows is a line of the file the HAProxy test
-    runs (deploy/haproxy/stallprobe-pool.cfg), and the lines that make one check per server are there."""
-    tested = {line.strip() for line in (REPO / "deploy" / "haproxy" / "stallprobe-pool.cfg").read_text().splitlines()}
+def test_the_pools_page_shows_the_tested_haproxy_configurations() -> None:
+    """Each line of HAProxy configuration the pools page shows is a line of the file it names (```haproxy
+    file=...), else of deploy/haproxy/stallprobe-pool.cfg: the files the HAProxy tests run as written; and
+    the lines that make each way work are there (one /ready check per server; an agent check per server
+    beside the engine's own health check)."""
     text = (DOCS / "pools.md").read_text(encoding="utf-8")
-    shown = re.findall(r"```(?:haproxy|cfg)\n(.*?)```", text, flags=re.DOTALL)
-    assert shown, "no haproxy block in docs/pools.md"
-    lines = [line.strip() for block in shown for line in block.splitlines() if line.strip()]
-    assert [line for line in lines if line not in tested] == []
+    blocks = re.findall(r"```(?:haproxy|cfg)(?: file=(\S+))?\n(.*?)```", text, flags=re.DOTALL)
+    assert blocks, "no haproxy block in docs/pools.md"
+    shown: dict[str, list[str]] = {}
+    for name, block in blocks:
+        path = name or "deploy/haproxy/stallprobe-pool.cfg"
+        shown.setdefault(path, []).extend(line.strip() for line in block.splitlines() if line.strip())
+    assert set(shown) == {"deploy/haproxy/stallprobe-pool.cfg", "deploy/haproxy/stallprobe-agent.cfg"}
+    for path, lines in shown.items():
+        tested = {line.strip() for line in (REPO / path).read_text().splitlines()}
+        assert [line for line in lines if line not in tested] == [], path
+    pool, agent = shown["deploy/haproxy/stallprobe-pool.cfg"], shown["deploy/haproxy/stallprobe-agent.cfg"]
     for needed in ("option httpchk", "http-check expect status 200"):
-        assert needed in lines, needed
-    assert any(line.startswith("http-check send meth GET uri-lf /ready?url=") for line in lines)
-    assert any(line.startswith("default-server check addr") for line in lines)
+        assert needed in pool, needed
+    assert any(line.startswith("http-check send meth GET uri-lf /ready?url=") for line in pool)
+    assert any(line.startswith("default-server check addr") for line in pool)
+    assert any("agent-check" in line for line in agent)
+    assert any("agent-send" in line for line in agent)
 
 
 def test_every_page_says_one_restart_time() -> None:

@@ -60,6 +60,7 @@ LAYERS = {
     "stallprobe.watch.runner": 8,
     "stallprobe.watch.view": 8,
     "stallprobe.watch.serve": 8,
+    "stallprobe.watch.agent": 8,
     # The dispatcher, and what starts it.
     "stallprobe": 0,
     "stallprobe.cli": 9,
@@ -74,6 +75,9 @@ PEERS = {
     ("stallprobe.watch.view", "stallprobe.watch.poll"),
     ("stallprobe.watch.serve", "stallprobe.watch.poll"),
     ("stallprobe.watch.command", "stallprobe.watch.serve"),
+    ("stallprobe.watch.agent", "stallprobe.watch.serve"),
+    ("stallprobe.watch.agent", "stallprobe.watch.view"),
+    ("stallprobe.watch.command", "stallprobe.watch.agent"),
     ("stallprobe.inject", "stallprobe.inject.command"),
     ("stallprobe.inject", "stallprobe.inject.core"),
     ("stallprobe.inject", "stallprobe.inject.decide"),
@@ -97,7 +101,7 @@ PEERS = {
 
 def test_peer_imports_have_no_cycle() -> None:
     order = ["stallprobe.watch.runner", "stallprobe.watch.poll", "stallprobe.watch.view", "stallprobe.watch.serve"]
-    order.append("stallprobe.watch.command")
+    order += ["stallprobe.watch.agent", "stallprobe.watch.command"]
     order.append("stallprobe.watch")
     order += [f"stallprobe.inject.{name}" for name in ("shell", "decide", "core", "splice", "manifests", "command")]
     order.append("stallprobe.inject")

@@ -61,7 +61,7 @@ EXIT_TABLE: dict[int, dict[str, str]] = {
     },
     ExitCode.USAGE: {
         "probe": "usage error: a flag or environment variable is invalid",
-        "watch": "usage error: a flag or URL is invalid, or --listen cannot bind",
+        "watch": "usage error: a flag or URL is invalid, or --listen or --agent cannot bind",
         "inject": "usage error: a flag is invalid, or the input or a file it names cannot be used",
         "doctor": "usage error: a flag is invalid",
     },

@@ -403,6 +403,14 @@ LISTEN = Option(
     "serve /metrics (Prometheus) and /ready?url=URL (load balancers) while polling",
     shown="off",
 )
+AGENT = Option(
+    "--agent",
+    "HOST:PORT",
+    read_address,
+    None,
+    "answer HAProxy's agent checks (agent-send: an engine's host:port or URL) while polling",
+    shown="off",
+)
 HOOK_TIMEOUT = Option(
     "--hook-timeout",
     "SECONDS",
@@ -529,6 +537,7 @@ WATCH = (
     COOLDOWN,
     HOOK_TIMEOUT,
     LISTEN,
+    AGENT,
     DRAIN_AFTER,
 )
 # The doctor looks at the engine as the probe would (every look option, the readiness rule's drain window

@@ -12,6 +12,8 @@ The package, one job a module:
 - hooks.py    the hook rules: a pure function of (memory, one poll's rows, now), tested as a table
 - runner.py   the hooks' processes: started in their own session, timed out, reaped
 - view.py     the table on a terminal, a line or a JSON object per row, --once's exit code, the words
+- serve.py    --listen: /metrics for Prometheus, /ready?url=URL for load balancers (the Board they read)
+- agent.py    --agent: HAProxy's agent check, answered from the same Board
 """
 
 from __future__ import annotations

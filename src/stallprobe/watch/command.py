@@ -30,8 +30,10 @@ from .view import Output, once_code
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
+    from http.server import ThreadingHTTPServer
     from types import FrameType
 
+    from .agent import Agent
     from .poll import Row
     from .serve import Board
 
@@ -59,7 +61,10 @@ scrape failed unambiguously) and error (not a metrics page).
 Load balancers: with --listen, GET /ready?url=URL answers the probe's readiness rule for one engine
 (200 ready, 503 not ready: busy with no progress or silent for --drain-after, paused, or its health
 route failing), so an active health check drains a wedged engine long before --on-stalled runs;
-GET /metrics exports every verdict for Prometheus.
+GET /metrics exports every verdict for Prometheus. With --agent, the same rule answers HAProxy's agent
+check (agent-send: the engine's host:port or URL, then a newline): `ready up`, or `drain up` with the
+reason after `#`. A watch that HAProxy cannot reach changes nothing there (servers stay on their own
+health check), where a /ready check that fails takes the server out.
 
 Watchdog: --on-stalled runs a command (split like a shell would, but run without one: write
 `sh -c '...'` for a shell) once per stall episode of an engine, never for a saturated or suspect one, at
@@ -140,7 +145,7 @@ def _run(watch: Watch, output: Output, board: Board | None) -> int:
             if board is None:
                 raise
             # Its reader went away, but the load balancers still ask /ready: serve on, and show nothing.
-            tell("stallprobe watch: stdout is closed; serving /metrics and /ready on, without output")
+            tell("stallprobe watch: stdout is closed; serving the load balancers on, without output")
             output = Output(watch.config, open(os.devnull, "w"))  # noqa: SIM115 - as long as the watch
         next_at += interval
         delay = next_at - time.monotonic()
@@ -172,18 +177,57 @@ def main(argv: Sequence[str], environ: Mapping[str, str]) -> int:
     watch = Watch(config, environ)
     # Started with stdout closed (a service that only serves --listen): nothing to show it on.
     output = Output(config, sys.stdout if sys.stdout is not None else open(os.devnull, "w"))  # noqa: SIM115
-    board = server = None
-    if config.listen is not None:
-        from .serve import Board, listen
+    board = server = agent = None
+    try:
+        if config.routing:
+            from .serve import Board
 
-        board = Board(config.urls)
-        try:
-            server = listen(*config.listen, board)
-        except OSError as exc:
-            raise UsageError(f"--listen {config.listen[0]}:{config.listen[1]}: {exc.strerror or exc}") from None
-        host, port = str(server.server_address[0]), int(server.server_address[1])
-        shown = f"[{host}]" if ":" in host else host
-        tell(f"stallprobe watch: serving http://{shown}:{port}/metrics and /ready?url=URL")
+            board = Board(config.urls)
+            if config.listen is not None:
+                server = _listen(*config.listen, board)
+            if config.agent is not None:
+                agent = _agent(*config.agent, board, config)
+        return _serve(watch, config, output, board)
+    finally:
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        if agent is not None:
+            agent.shutdown()
+
+
+def _shown(host: str, port: int) -> str:
+    """host:port, an IPv6 host in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _listen(host: str, port: int, board: Board) -> ThreadingHTTPServer:
+    """--listen, serving; UsageError when it cannot."""
+    from .serve import listen
+
+    try:
+        server = listen(host, port, board)
+    except OSError as exc:
+        raise UsageError(f"--listen {_shown(host, port)}: {exc.strerror or exc}") from None
+    where = _shown(str(server.server_address[0]), int(server.server_address[1]))
+    tell(f"stallprobe watch: serving http://{where}/metrics and /ready?url=URL")
+    return server
+
+
+def _agent(host: str, port: int, board: Board, config: WatchConfig) -> Agent:
+    """--agent, answering; UsageError when it cannot."""
+    from .agent import serve_agent
+
+    try:
+        agent = serve_agent(host, port, board, config.urls, config.drain_after)
+    except OSError as exc:
+        raise UsageError(f"--agent {_shown(host, port)}: {exc.strerror or exc}") from None
+    tell(f"stallprobe watch: answering HAProxy's agent checks on {_shown(*agent.address)}")
+    return agent
+
+
+def _serve(watch: Watch, config: WatchConfig, output: Output, board: Board | None) -> int:
+    """The main loop, with SIGTERM ending it as Ctrl-C does; the exit code."""
     # SIGTERM (systemd stopping the watchdog) ends it as cleanly as Ctrl-C does.
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _stop) if main_thread else None
@@ -203,6 +247,3 @@ def main(argv: Sequence[str], environ: Mapping[str, str]) -> int:
             pass
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
-        if server is not None:
-            server.shutdown()
-            server.server_close()

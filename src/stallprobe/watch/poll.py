@@ -59,11 +59,18 @@ class WatchConfig(LookSettings):
     cooldown: float
     hook_timeout: float
     listen: tuple[str, int] | None
+    agent: tuple[str, int] | None
     urls: tuple[str, ...] = ()
 
     def __init__(self, urls: Sequence[str] = (), **values: object) -> None:
         super().__init__(**values)
         self.urls = tuple(urls)
+
+    @property
+    def routing(self) -> bool:
+        """Whether a load balancer asks this watch (--listen's /ready, --agent): only then is each
+        engine's health route asked too, for the readiness rule."""
+        return self.listen is not None or self.agent is not None
 
     @property
     def hooks(self) -> dict[str, tuple[str, ...]]:
@@ -163,8 +170,8 @@ class _Scrape:
         try:
             # The probe's look (page, idle questions, paused, health), off the poll's thread: a wedged
             # core never answers /is_paused, and a dead host may never answer at all.
-            readiness = config.listen is not None  # the health route: asked only when /ready is served
-            self.outcome = observe(url, config, previous, self.facts, time.monotonic, readiness=readiness)
+            # The health route: asked only when a load balancer asks this watch (/ready, the agent).
+            self.outcome = observe(url, config, previous, self.facts, time.monotonic, readiness=config.routing)
         except StallprobeError as exc:
             self.outcome = exc
         except Exception as exc:  # e.g. UnicodeError from a host the IDNA codec refuses
@@ -199,7 +206,7 @@ class Watch:
         for endpoint in self.endpoints:
             if endpoint.pending is None:
                 endpoint.pending = _Scrape(endpoint.url, self.config, endpoint.states, endpoint.facts)
-        deadline = time.monotonic() + budget(self.config, readiness=self.config.listen is not None) + _GRACE
+        deadline = time.monotonic() + budget(self.config, readiness=self.config.routing) + _GRACE
         for endpoint in self.endpoints:
             if endpoint.pending is not None:
                 endpoint.pending.done.wait(max(0.0, deadline - time.monotonic()))

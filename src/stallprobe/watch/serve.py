@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
     Request = socket.socket | tuple[bytes, socket.socket]
     Address = Any
 
-__all__ = ["Board", "listen", "render_metrics"]
+__all__ = ["Board", "Readiness", "listen", "render_metrics"]
 
 # Enough for a Prometheus server, a few load balancers' health checkers and people; far under what a
 # thread each costs.
@@ -46,23 +47,54 @@ CLIENT_TIMEOUT = 5.0
 VERDICTS = (*(verdict.value for verdict in Verdict), *ENDPOINT_VERDICTS)
 
 
+class Readiness:
+    """The readiness rule's answer for one endpoint at the latest poll, as the rows carry it (the poll
+    asked detector.readiness; nothing here judges again): whether it is ready, the probe's --ready line
+    for each of its engines, and how long this watch had been reading its engines by then (seconds from
+    the first poll that read one to the latest poll)."""
+
+    __slots__ = ("judged_for", "lines", "ready")
+
+    def __init__(self, ready: bool, lines: tuple[str, ...], judged_for: float) -> None:
+        self.ready = ready
+        self.lines = lines
+        self.judged_for = judged_for
+
+
 class Board:
-    """The latest poll's rows, replaced whole after each poll, and each endpoint's count of polls that
-    got no usable page."""
+    """The latest poll's rows, replaced whole after each poll, each endpoint's count of polls that got no
+    usable page, and when each endpoint's engines were first read."""
 
     def __init__(self, urls: Sequence[str]) -> None:
         self._lock = threading.Lock()
         self.rows: tuple[Row, ...] = ()
         self.errors = dict.fromkeys(urls, 0)
         self.polls = 0
+        self.first: dict[str, float] = {}  # URL -> the monotonic time of the first poll that read an engine
+        self.at = 0.0  # the latest poll's monotonic time
 
-    def update(self, rows: Sequence[Row]) -> None:
+    def update(self, rows: Sequence[Row], now: float | None = None) -> None:
+        now = time.monotonic() if now is None else now
         with self._lock:
             for row in rows:
                 if row.verdict in ENDPOINT_VERDICTS:
                     self.errors[row.url] = self.errors.get(row.url, 0) + 1
+                else:
+                    self.first.setdefault(row.url, now)
             self.rows = tuple(rows)
             self.polls += 1
+            self.at = now
+
+    def readiness(self, url: str) -> Readiness | None:
+        """The latest poll's readiness for the endpoint `url` (as given to the watch); None when no poll
+        has ended yet, or the watch does not poll it. What /ready and the agent both answer from."""
+        with self._lock:
+            mine = [row for row in self.rows if row.url == url]
+            first = self.first.get(url, self.at)
+            at = self.at
+        if not mine:
+            return None
+        return Readiness(all(row.ready for row in mine), tuple(row.ready_message for row in mine), at - first)
 
     def snapshot(self) -> tuple[tuple[Row, ...], dict[str, int], int]:
         with self._lock:
@@ -163,13 +195,12 @@ class _Handler(BaseHTTPRequestHandler):
         if len(urls) != 1:
             self._answer(400, b"bad request: give one url, as watch was given it: /ready?url=URL\n")
             return
-        rows, _, _ = self.server.board.snapshot()
-        mine = [row for row in rows if row.url == urls[0]]
-        if not mine:
+        said = self.server.board.readiness(urls[0])
+        if said is None:
             self._answer(404, b"unknown endpoint: not one this watch polls (or no poll yet)\n")
             return
-        body = "".join(f"{row.ready_message}\n" for row in mine).encode("utf-8", "replace")
-        self._answer(200 if all(row.ready for row in mine) else 503, body)
+        body = "".join(f"{line}\n" for line in said.lines).encode("utf-8", "replace")
+        self._answer(200 if said.ready else 503, body)
 
     def _answer(self, code: int, body: bytes, content_type: str = "text/plain; charset=utf-8") -> None:
         self.send_response(code)
