@@ -1,4 +1,5 @@
-"""`stallprobe inject`'s output, byte for byte, on every manifest the inject tests read, under a few flag sets.
+"""`stallprobe inject`'s output, byte for byte, on every manifest the inject tests read, under a few flag sets;
+and the stream parsed once, however many documents change.
 
 The golden files under tests/fixtures/inject-golden/ were written by the implementation that parsed every
 changed document four times; the one that parses it once must write the same bytes (stdout, the log on
@@ -17,9 +18,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from ruamel.yaml import YAML
 
 from conftest import REPO
 from stallprobe.cli import main
+from stallprobe.errors import InjectError
+from stallprobe.inject import Options, inject, read_documents, write_documents
+from stallprobe.inject.manifests import MAX_DEPTH
 
 GOLDEN = REPO / "tests" / "fixtures" / "inject-golden"
 PYZ = GOLDEN / "fixed.pyz"
@@ -60,11 +65,79 @@ def _golden(path: Path, flags: str) -> Path:
 
 @pytest.mark.parametrize(("path", "flags"), CASES, ids=[f"{path.name}-{flags}" for path, flags in CASES])
 def test_inject_writes_what_it_wrote(path: Path, flags: str) -> None:
-    assert _inject(path, flags) == _golden(path, flags).read_bytes()
+    made = _inject(path, flags)
+    assert made == _golden(path, flags).read_bytes()
+    out, _, rest = made.rpartition(b"\n=== exit ")
+    if rest.startswith(b"0,") and path.suffix == ".yaml":
+        assert all(doc is None or "kind" in doc for doc in YAML(typ="rt").load_all(out))  # a splice that parses
 
 
 def test_every_golden_file_has_its_case() -> None:
     assert sorted((GOLDEN / "out").iterdir()) == sorted(_golden(path, flags) for path, flags in CASES)
+
+
+DEPLOYMENT = """\
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: llm-{i}  # the {i}th
+spec:
+  selector: {{matchLabels: {{app: llm}}}}
+  template:
+    metadata: {{labels: {{app: llm}}}}
+    spec:
+      containers:
+        - name: vllm
+          image: vllm/vllm-openai:v0.11.0
+          args: ["--port", "8000"]
+"""
+
+
+def test_the_stream_is_parsed_once_however_many_documents_change(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Read, inject and write back 20 changed Deployments and a Service: ruamel.yaml's reader is set up
+    once (every parse, compose and load goes through get_constructor_parser), not once per document."""
+    calls: list[object] = []
+    real = YAML.get_constructor_parser
+
+    def counted(self: YAML, stream: object) -> object:
+        calls.append(stream)
+        return real(self, stream)
+
+    monkeypatch.setattr(YAML, "get_constructor_parser", counted)
+    service = "apiVersion: v1\nkind: Service\nmetadata:\n  name: llm  # kept as it is\n"
+    text = "---\n".join([service, *(DEPLOYMENT.format(i=i) for i in range(20))])
+    manifests = read_documents(text)
+    docs, _, changed = inject(manifests.docs, Options(pyz=b""))
+    out = write_documents(manifests.with_docs(docs), changed)
+    assert len(calls) == 1
+    assert changed == set(range(1, 22))  # the Deployments and the ConfigMap added
+    assert out.startswith(service + "---\n" + DEPLOYMENT.format(i=0).split("    spec:")[0])
+    assert out.count("livenessProbe:") == 20
+
+
+TWICE = "apiVersion: v1\nkind: Pod\nkind: Service\n"  # a key given twice
+TWICE_ERROR = 'found duplicate key "kind" with value "Service" (original value: "Pod") (line 3, column 1)'
+ALIAS_ERROR = "found undefined alias 'nowhere' (line {}, column 4)"
+SYNTAX_ERROR = "expected the node content, but found '<stream end>'"
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("a: 1\n---\na: *nowhere\n", ALIAS_ERROR.format(3)),
+        # A document's own errors (a key twice, an undefined alias) in the order of the documents,
+        (TWICE + "---\na: *nowhere\n", TWICE_ERROR),
+        ("a: *nowhere\n---\n" + TWICE, ALIAS_ERROR.format(1)),
+        # after the errors of the whole stream: its syntax, its limits.
+        (TWICE + "---\nb: [\n", SYNTAX_ERROR),
+        ("a: *nowhere\n---\nb: [\n", SYNTAX_ERROR),
+        ("a: *nowhere\n---\n" + "[" * 200, f"the input nests deeper than {MAX_DEPTH} levels"),
+    ],
+)
+def test_errors_come_in_the_order_reading_one_document_at_a_time_gave(text: str, error: str) -> None:
+    with pytest.raises(InjectError) as raised:
+        read_documents(text)
+    assert str(raised.value).removeprefix("the input is not valid YAML: ").startswith(error)
 
 
 def regenerate() -> None:

@@ -24,7 +24,7 @@ from ..errors import ExitCode, InjectError, OutputError
 from ..options import INJECT, PASSED_ON, EngineSettings, given_flags, help_page, parse
 from .core import Options, configmap, container_fields, inject
 from .decide import Decision
-from .manifests import MAX_BYTES, Manifests, decode, dump_yaml, read_documents, write_documents
+from .manifests import MAX_BYTES, decode, dump_yaml, read_documents, write_documents
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -255,11 +255,11 @@ def main(argv: Sequence[str]) -> int:
             raise InjectError("the ResourceList has no items list (a KRM function gets its resources there)")
         items, log, changed = inject(list(items), options_of(config, _pyz(config)))
         resource_list["items"] = items
-        out = Manifests(manifests.form, [resource_list], manifests.texts, manifests.lines)
+        out = manifests.with_docs([resource_list])
         changed = {0} if changed else set()
     else:
         docs, log, changed = inject(manifests.docs, options_of(config, _pyz(config)))
-        out = Manifests(manifests.form, docs, manifests.texts, manifests.lines)
+        out = manifests.with_docs(docs)
     if config.check:
         _say(log)
         return ExitCode.CHANGES if changed else ExitCode.OK
