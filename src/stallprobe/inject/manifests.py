@@ -281,7 +281,17 @@ def _read_yaml(text: str) -> Manifests:
     limits first (the whole stream), then each document's own (an undefined alias, a key given twice)."""
     yaml = _yaml()
     from ruamel.yaml.composer import ComposerError
-    from ruamel.yaml.error import YAMLError
+    from ruamel.yaml.error import FileMark, YAMLError
+    from ruamel.yaml.reader import Reader
+
+    class Marking(Reader):
+        """Marks without a reference into the text: the nodes are kept, two marks each, and a mark that
+        can show its line's snippet (which no one-line error shows) is twice the size."""
+
+        def get_mark(self) -> Any:
+            return FileMark(self.name, self.index, self.line, self.column)
+
+    yaml.Reader = Marking
 
     nodes: list[Any] = []
     failed: ComposerError | None = None  # a document's own error, told after those of the documents before it
