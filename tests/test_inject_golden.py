@@ -23,7 +23,7 @@ from ruamel.yaml import YAML
 from conftest import REPO
 from stallprobe.cli import main
 from stallprobe.errors import InjectError
-from stallprobe.inject import Options, inject, read_documents, write_documents
+from stallprobe.inject import read_documents
 from stallprobe.inject.manifests import MAX_DEPTH
 
 GOLDEN = REPO / "tests" / "fixtures" / "inject-golden"
@@ -93,9 +93,11 @@ spec:
 """
 
 
-def test_the_stream_is_parsed_once_however_many_documents_change(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Read, inject and write back 20 changed Deployments and a Service: ruamel.yaml's reader is set up
-    once (every parse, compose and load goes through get_constructor_parser), not once per document."""
+def test_the_stream_is_parsed_once_however_many_documents_change(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Inject into 20 Deployments and a Service: ruamel.yaml's reader is set up once for the whole run
+    (every parse, compose and load goes through get_constructor_parser), not once per changed document."""
     calls: list[object] = []
     real = YAML.get_constructor_parser
 
@@ -105,14 +107,14 @@ def test_the_stream_is_parsed_once_however_many_documents_change(monkeypatch: py
 
     monkeypatch.setattr(YAML, "get_constructor_parser", counted)
     service = "apiVersion: v1\nkind: Service\nmetadata:\n  name: llm  # kept as it is\n"
-    text = "---\n".join([service, *(DEPLOYMENT.format(i=i) for i in range(20))])
-    manifests = read_documents(text)
-    docs, _, changed = inject(manifests.docs, Options(pyz=b""))
-    out = write_documents(manifests.with_docs(docs), changed)
+    path = tmp_path / "stream.yaml"
+    path.write_text("---\n".join([service, *(DEPLOYMENT.format(i=i) for i in range(20))]))
+    made = _inject(path, "default")
     assert len(calls) == 1
-    assert changed == set(range(1, 22))  # the Deployments and the ConfigMap added
+    out = made.decode().split("\n=== exit 0, stderr:\n")[0]
     assert out.startswith(service + "---\n" + DEPLOYMENT.format(i=0).split("    spec:")[0])
     assert out.count("livenessProbe:") == 20
+    assert out.count("kind: ConfigMap") == 1
 
 
 TWICE = "apiVersion: v1\nkind: Pod\nkind: Service\n"  # a key given twice
