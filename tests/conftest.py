@@ -7,7 +7,7 @@ import os
 import shutil
 import socket
 import threading
-from collections.abc import Callable, Generator, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,16 @@ from stallprobe.exposition import find_series, is_declared
 from stallprobe.statefile import load, read_boot_id, save
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """This process's environment without any STALLPROBE_* setting (a probe run must not read the test
+    runner's), and with `extra`: the environment every test gives the commands it runs."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("STALLPROBE_")}
+    env.update(extra)
+    return env
+
+
 # Real pages written by real servers, each with where it came from in tests/fixtures/real/SOURCES.md.
 FIXTURES = REPO / "tests" / "fixtures" / "real"
 
@@ -43,25 +53,49 @@ def vllm_page(
 
     The totals are split across `engines` series (data parallelism) so that the sums must be added up.
     """
+    share = (
+        running / engines,
+        waiting / engines if waiting is not None else None,
+        prompt / engines,
+        generation / engines,
+    )
+    return vllm_engines_page({str(engine): share for engine in range(engines)}, model=model)
+
+
+def vllm_engines_page(
+    engines: Mapping[str, tuple[float, float | None, float, float] | tuple[float, float | None, float, float, float]],
+    *,
+    model: str = "meta-llama/Llama-3.1-8B-Instruct",
+    unlabelled: bool = False,
+) -> bytes:
+    """The suite's one builder of a vLLM V1 page (prometheus_client writes it): one series per engine of
+    (running, waiting, prompt tokens, generation tokens[, KV-cache usage]); a waiting of None leaves the
+    family off the page (as before vLLM published it); `unlabelled` adds a series without the engine label."""
     registry = CollectorRegistry()
     labels = ["model_name", "engine"]
-    families = [
-        (Gauge, "vllm:num_requests_running", "Number of requests in model execution batches.", running),
-        (Counter, "vllm:generation_tokens", "Number of generation tokens processed.", generation),
-        (Counter, "vllm:prompt_tokens", "Number of prefill tokens processed.", prompt),
-    ]
-    if waiting is not None:
-        families.append((Gauge, "vllm:num_requests_waiting", "Number of requests waiting.", waiting))
-    for kind, name, doc, total in families:
-        metric = kind(name, doc, labels, registry=registry)
-        for engine in range(engines):
-            share = total / engines
-            child = metric.labels(model_name=model, engine=str(engine))
-            if isinstance(child, Gauge):
-                child.set(share)
-            else:
-                child.inc(share)
-    return generate_latest(registry)
+    running = Gauge(
+        "vllm:num_requests_running", "Number of requests in model execution batches.", labels, registry=registry
+    )
+    waiting = None
+    if all(numbers[1] is not None for numbers in engines.values()):
+        waiting = Gauge("vllm:num_requests_waiting", "Number of requests waiting.", labels, registry=registry)
+    prompt = Counter("vllm:prompt_tokens", "Number of prefill tokens processed.", labels, registry=registry)
+    generation = Counter("vllm:generation_tokens", "Number of generation tokens processed.", labels, registry=registry)
+    kv = None
+    if any(len(numbers) == 5 for numbers in engines.values()):
+        kv = Gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", labels, registry=registry)
+    for engine, numbers in engines.items():
+        running.labels(model, engine).set(numbers[0])
+        if waiting is not None and numbers[1] is not None:
+            waiting.labels(model, engine).set(numbers[1])
+        prompt.labels(model, engine).inc(numbers[2])
+        generation.labels(model, engine).inc(numbers[3])
+        if kv is not None and len(numbers) == 5:
+            kv.labels(model, engine).set(numbers[4])
+    page = generate_latest(registry)
+    if unlabelled:
+        page += b"vllm:num_requests_running 1.0\n"
+    return page
 
 
 class RawServer:

@@ -1,5 +1,5 @@
 """Real inference engines on loopback, wedged for real: the harness of tests/test_real_engine.py (llama.cpp's
-server, below) and of scripts/real-vllm (vLLM's CPU build, with tests/realvllm.py).
+server, below) and of tests/test_real_vllm.py (vLLM's CPU build, with tests/realvllm.py).
 
 What both need, in one place: a server process that `stop()` ends whatever state it is in, a bounded wait for
 /health, generations kept in flight, the probe's real command run against the server with a state file of
@@ -42,6 +42,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from urllib.parse import urlsplit
+
+from conftest import clean_env
 
 HOST = "127.0.0.1"
 
@@ -618,7 +620,7 @@ class Probe:
     ) -> None:
         self.command = [python, "-m", "stallprobe", "--url", metrics_url, "--window", f"{window:g}"]
         self.command += ["--state-file", str(state_file), "--json", *extra]
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("STALLPROBE_")}
+        self.env = clean_env()
         self.origin = time.monotonic() if origin is None else origin
         self.timeout = timeout
         self.runs: list[ProbeRun] = []

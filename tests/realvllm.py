@@ -1,4 +1,4 @@
-"""vLLM's CPU build for tests/test_real_vllm.py and scripts/real-vllm: its venv, a tiny random Llama it can serve,
+"""vLLM's CPU build for tests/test_real_vllm.py: its venv, a tiny random Llama it can serve,
 and its server process.
 
 The generic half (server process, load, probe runner, page reader, SIGSTOP, CPU pinning) is tests/realengine.py.

@@ -4,7 +4,8 @@ scripts/check-alert-rules cuts the PrometheusRule's spec out as a plain rule fil
 rules` and `promtool test rules` (deploy/prometheus/stallprobe-rules.test.yaml) on it. promtool comes
 from Debian's prometheus package, which scripts/install-test-tools installs; without it the first test
 fails, never skips.
-The other tests exercise the cut alone and need no promtool.
+The other tests exercise the cut alone, and what every rule must carry (a runbook in docs/alerts.md, a
+`for:` on the Stalled alerts), and need no promtool.
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
+
+from test_docs import anchors
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "check-alert-rules"
@@ -24,7 +28,15 @@ ALERTS = (
     "VLLMEngineSaturated",
     "SGLangEngineStalled",
     "SGLangEngineSaturated",
+    "EngineLivenessRestartLoop",
 )
+# The alerts that page for a wedge: each waits out a restart that heals (stallprobe-rules.yaml's header).
+STALLED = ("VLLMEngineStalled", "VLLMEngineStalledQueued", "SGLangEngineStalled")
+
+
+def rules() -> dict[str, dict[str, object]]:
+    spec = yaml.safe_load(RULES.read_text(encoding="utf-8"))["spec"]
+    return {rule["alert"]: rule for group in spec["groups"] for rule in group["rules"]}
 
 
 def check_alert_rules(*args: str) -> subprocess.CompletedProcess[str]:
@@ -53,6 +65,27 @@ def test_emit_is_the_spec_shifted_left_and_nothing_else() -> None:
     assert emitted == [line[2:] for line in spec]
     for alert in ALERTS:
         assert f"- alert: {alert}" in result.stdout
+
+
+def test_every_alert_is_in_the_list_above() -> None:
+    assert tuple(rules()) == ALERTS
+
+
+@pytest.mark.parametrize("alert", ALERTS)
+def test_every_alert_links_its_runbook_section_in_the_docs(alert: str) -> None:
+    """runbook_url is a path in this repository (docs/alerts.md#anchor): the heading must exist, and be the
+    runbook of that alert, so a renamed heading or a copied rule cannot send the pager to the wrong page."""
+    annotations = rules()[alert]["annotations"]
+    assert isinstance(annotations, dict)
+    path, _, anchor = str(annotations["runbook_url"]).partition("#")
+    assert path == "docs/alerts.md"
+    assert anchor == f"runbook-{alert.lower()}"
+    assert anchor in anchors((REPO / path).read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("alert", STALLED)
+def test_the_stalled_alerts_wait_out_a_restart_that_heals(alert: str) -> None:
+    assert rules()[alert]["for"] == "5m"
 
 
 @pytest.mark.parametrize(

@@ -13,10 +13,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from pytest_httpserver import HTTPServer
 
-from conftest import rewind
+from conftest import rewind, vllm_page
 from stallprobe.pyz import HOT, TOOLS, launcher
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,20 +72,8 @@ def pyz(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def frozen_busy_page() -> bytes:
-    """A vLLM V1 page as prometheus_client writes it: 3 running, 2 waiting, token counters that never
-    move however often it is served."""
-    registry = CollectorRegistry()
-    labels = ["model_name", "engine"]
-    values = ("tiny-llama", "0")
-    running = Gauge("vllm:num_requests_running", "Requests in the batch.", labels, registry=registry)
-    running.labels(*values).set(3)
-    waiting = Gauge("vllm:num_requests_waiting", "Requests queued.", labels, registry=registry)
-    waiting.labels(*values).set(2)
-    prompt = Counter("vllm:prompt_tokens", "Prefill tokens.", labels, registry=registry)
-    prompt.labels(*values).inc(5120)
-    generation = Counter("vllm:generation_tokens", "Generated tokens.", labels, registry=registry)
-    generation.labels(*values).inc(40960)
-    return generate_latest(registry)
+    """A vLLM V1 page: 3 running, 2 waiting, token counters that never move however often it is served."""
+    return vllm_page(3, 40960, 5120, 2, model="tiny-llama")
 
 
 def test_archive_holds_source_and_bytecode_beside_it_and_is_small(pyz: Path) -> None:

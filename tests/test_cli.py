@@ -24,10 +24,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import RawServer, fixture_page, llamacpp_page, sglang_page, vllm_page
+from conftest import RawServer, clean_env, fixture_page, llamacpp_page, sglang_page, vllm_engines_page, vllm_page
 from stallprobe import Sample, State
 from stallprobe.cli import main
-from stallprobe.errors import EXIT_MEANINGS, EXIT_TABLE, ExitCode, StallprobeError
+from stallprobe.errors import EXIT_TABLE, ExitCode, StallprobeError
 from stallprobe.probe import help_text
 from stallprobe.statefile import load, read_boot_id, save
 from stubengine import StubEngine
@@ -38,8 +38,7 @@ StartRaw = Callable[[Behave], RawServer]
 
 def probe(*args: str, env: dict[str, str] | None = None, timeout: float = 30) -> subprocess.CompletedProcess[str]:
     """Run the probe exactly as a kubelet exec probe would, with no STALLPROBE_* from this process."""
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("STALLPROBE_")}
-    clean.update(env or {})
+    clean = clean_env(**(env or {}))
     return subprocess.run(
         [sys.executable, "-m", "stallprobe", *args],
         capture_output=True,
@@ -431,8 +430,9 @@ def test_help_lists_every_flag_env_and_exit_code() -> None:
     assert result.stdout == help_text() + "\n"
     for flag in ("--url", "--window", "--timeout", "--state-file", "--saturation", "--json", "--version"):
         assert flag in result.stdout
-    for code, meaning in EXIT_MEANINGS.items():
-        assert f"  {code}  {meaning}\n" in result.stdout
+    for code, meanings in EXIT_TABLE.items():
+        if "probe" in meanings:
+            assert f"  {code}  {meanings['probe']}\n" in result.stdout
 
 
 def test_version() -> None:
@@ -454,7 +454,8 @@ def test_exit_codes_are_the_documented_numbers() -> None:
         ("OUTPUT", 7),
         ("INTERRUPTED", 130),
     ]
-    assert list(EXIT_MEANINGS) == [value for _, value in codes[:6]] + [ExitCode.OUTPUT]
+    probe_codes = [code for code, meanings in EXIT_TABLE.items() if "probe" in meanings]
+    assert probe_codes == [value for _, value in codes[:6]] + [ExitCode.OUTPUT]
     assert list(EXIT_TABLE) == [value for _, value in codes]
 
 
@@ -510,14 +511,9 @@ def test_runaway_page_is_cut_off_at_the_cap(raw_server: StartRaw, state_file: st
 
 def dp_page(engines: dict[str, tuple[float, float, float]]) -> bytes:
     """vLLM V1 with data parallelism: (running, prompt, generation) per engine index."""
-    parts = []
-    for name, index in (
-        ("vllm:num_requests_running", 0),
-        ("vllm:prompt_tokens_total", 1),
-        ("vllm:generation_tokens_total", 2),
-    ):
-        parts += [f'{name}{{engine="{e}",model_name="m"}} {v[index]}\n' for e, v in engines.items()]
-    return "".join(parts).encode()
+    return vllm_engines_page(
+        {e: (running, 0, prompt, generation) for e, (running, prompt, generation) in engines.items()}
+    )
 
 
 def test_one_wedged_engine_among_moving_ones_is_named(engine: StubEngine, state_file: str) -> None:

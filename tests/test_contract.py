@@ -163,6 +163,8 @@ GOOD_TOKENS = [
     ["--container", "vllm-leader"],
     ["--canary"],
     ["--startup-budget", "600"],
+    ["--no-ready"],
+    ["--report-only"],
 ]
 
 
@@ -245,31 +247,13 @@ ANSWERS: dict[str, tuple[int, bytes, float]] = {
 def places(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """What a generated run's {placeholders} stand for: each kind of engine's URL, and state files."""
     import socket
-    import threading
-    import time
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            status, body, hold = ANSWERS.get(self.path.split("?")[0], (404, b"", 0.0))
-            if hold:
-                time.sleep(hold)
-            self.send_response(status)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    from stubengine import StubEngine
 
-        def log_message(self, format: str, *args: object) -> None:
-            return
-
-    class Server(ThreadingHTTPServer):
-        daemon_threads = True
-
-        def handle_error(self, request: object, client_address: object) -> None:
-            return  # a client that gave up (the probe's deadline) is not the test's failure
-
-    server = Server(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    server = StubEngine()  # the suite's one stub engine, each path answering its own way
+    server.routes.clear()
+    for path, (status, body, hold) in ANSWERS.items():
+        server.route(path, body, status, delay=hold)
     with socket.socket() as free:
         free.bind(("127.0.0.1", 0))
         refused = f"http://127.0.0.1:{free.getsockname()[1]}/metrics"
@@ -278,7 +262,7 @@ def places(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]
     os.mkfifo(where / "fifo")
     os.mknod(where / "device", stat.S_IFCHR | 0o666, os.makedev(1, 3))  # a twin of /dev/null (root, as CI)
     (where / "corrupt.state").write_bytes(CORRUPT)
-    base = f"http://127.0.0.1:{server.server_address[1]}"
+    base = server.base
     found = {name.split("/")[1]: base + name for name in ANSWERS}
     found.update(
         refused=refused,
@@ -290,8 +274,7 @@ def places(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]
         missing=str(where / "no" / "such" / "folder" / "probe.state"),
     )
     yield found
-    server.shutdown()
-    server.server_close()
+    server.close()
 
 
 CORRUPT = b"stallprobe-state 3\nboot_id x\n\xff\xfe garbage\n"
@@ -521,6 +504,13 @@ INJECT_CASES: list[tuple[str, list[str], bytes, int, str]] = [
         "--pyz /dev/zero is larger than 1 MiB, more than a ConfigMap holds",
     ),
     ("--check with changes", ["--check"], DEPLOY, 6, ""),
+    (
+        "--no-ready and --drain-after",
+        ["--no-ready", "--drain-after", "30"],
+        DEPLOY,
+        2,
+        "--drain-after sets the readiness probe, which --no-ready leaves out: give one of them",
+    ),
     ("unknown flag", ["--nope"], DEPLOY, 2, "unknown option '--nope'"),
     (
         "--period of 5000 digits",

@@ -93,3 +93,32 @@ def test_every_page_says_one_restart_time() -> None:
         text = page.read_text(encoding="utf-8")
         for number in re.findall(r"restart\w*[^.\n]{0,60}?about (\d+) s", text):
             assert number == "140", (page.name, number)
+
+
+def test_the_state_files_name_is_the_one_the_code_makes() -> None:
+    """--help, the reference and the Kubernetes page name the default state file as statefile.default_path
+    makes it, and the example they give is its output."""
+    from stallprobe.options import STATE_FILE
+    from stallprobe.statefile import default_path
+
+    shown = STATE_FILE.shown
+    assert shown == "$TMPDIR/stallprobe-<host_port_path>-<hash>.state"
+    made = default_path("http://127.0.0.1:8000/metrics", {"TMPDIR": "/tmp"})
+    assert re.fullmatch(r"/tmp/stallprobe-127\.0\.0\.1_8000_metrics-[0-9a-f]{8}\.state", made)
+    kubernetes = (DOCS / "kubernetes.md").read_text(encoding="utf-8")
+    assert f"`{shown}`" in kubernetes
+    assert f"`{made}`" in kubernetes
+    assert shown in (DOCS / "reference.md").read_text(encoding="utf-8")
+
+
+def test_every_page_says_one_drain_time() -> None:
+    """With the default drain window and readiness period, a wedged engine leaves routing about 35 s after
+    its last progress (inject says so for each container): no page says another number."""
+    from stallprobe.options import DEFAULT_DRAIN_AFTER
+    from stallprobe.stanza import READY_PERIOD
+
+    expected = str(int(DEFAULT_DRAIN_AFTER + READY_PERIOD))
+    for page in READ:
+        text = page.read_text(encoding="utf-8")
+        for number in re.findall(r"drain\w* (?:at|about|after) (?:about |~)?(\d+) s", text):
+            assert number == expected, (page.name, number)

@@ -1,27 +1,35 @@
-"""`stallprobe doctor`, through the real command (`python -m stallprobe doctor ...`) against the suite's stub
-engine on loopback (tests/stubengine.py) serving real pages (tests/fixtures/real, tests/fixtures/built):
-what it says of each engine, its exit code, and that the probe command it prints works against the same
-engine. --seconds is a fraction of a second or two, so each run is two to three looks.
+"""`stallprobe doctor` against the suite's stub engine on loopback (tests/stubengine.py) serving real pages
+(tests/fixtures/real, tests/fixtures/built): what it says of each engine, its exit code, that the probes it
+prints are the ones `stallprobe inject` writes, and that their command works against the same engine.
+
+The doctor runs in this process on a clock of its own (`main(..., clock=, sleep=)`): a pause between two
+looks moves that clock, so ten seconds of looks take no time and a stall clock reads exact seconds. What
+only the real command shows (a closed stdout, `| head -1`, --help, a usage error) runs it as a process.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
-import time
+import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from conftest import REPO, fixture_page, vllm_page
-from stallprobe.doctor import DoctorConfig, configure, help_text
+from stallprobe.doctor import DoctorConfig, configure, help_text, main
 from stallprobe.errors import EXIT_TABLE, ExitCode
 from stallprobe.options import DOCTOR
+from stallprobe.pyz import build
+from stallprobe.stanza import PYZ_PATH
 from stubengine import Route, StubEngine
 
 BUILT = REPO / "tests" / "fixtures" / "built"
@@ -32,6 +40,7 @@ SGLANG_LOADS = json.dumps(
     {"loads": [{"dp_rank": 0, "num_running_reqs": 162, "num_waiting_reqs": 2826, "queues": {"waiting": 2826}}]}
 ).encode()
 LLAMACPP_HEALTH = b'{"status":"ok"}'
+LAUNCHED = ["python3", "-I", "-S", "-c"]  # the pod's command before its program: the archive's launcher
 
 
 @pytest.fixture
@@ -52,6 +61,14 @@ def serve() -> Iterator[Callable[..., StubEngine]]:
         stub.close()
 
 
+@pytest.fixture(scope="module")
+def archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The single-file build, as inject ships it in its ConfigMap and the printed probes run it."""
+    path = tmp_path_factory.mktemp("opt") / "stallprobe.pyz"
+    path.write_bytes(build(None))
+    return path
+
+
 def moving(page: bytes, family: str, step: float) -> Callable[[], bytes]:
     """The page, with every series of `family` `step` higher at each request: an engine at work. Only
     those numbers change; the rest of the real page stays as it was captured."""
@@ -70,14 +87,32 @@ def clean_env(**extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
+class Clock:
+    """The doctor's clock: it moves only when the doctor pauses between looks (or a test moves it)."""
+
+    def __init__(self, then: Callable[[Clock], None] | None = None) -> None:
+        self.now = 5000.0
+        self.pauses: list[float] = []
+        self.then = then  # what happens at each pause, before the clock moves (an engine that changes)
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.pauses.append(seconds)
+        if self.then is not None:
+            self.then(self)
+        self.now += seconds
+
+
 class Run:
     """One run of the doctor: its exit code, its output, and the output's topics (label -> its text,
     the wrapped lines joined)."""
 
-    def __init__(self, result: subprocess.CompletedProcess[str]) -> None:
-        self.code = result.returncode
-        self.out = result.stdout
-        self.err = result.stderr
+    def __init__(self, code: int, out: str, err: str) -> None:
+        self.code = code
+        self.out = out
+        self.err = err
         self.topics: dict[str, str] = {}
         label = ""
         for line in self.out.splitlines()[1:]:
@@ -91,37 +126,52 @@ class Run:
     def __getitem__(self, label: str) -> str:
         return self.topics[label]
 
+    def probes(self) -> dict[str, Any]:
+        """The probes it printed, parsed as YAML: the indented block under its `probes` topic."""
+        lines = self.out.splitlines()
+        start = next(i for i, line in enumerate(lines) if line.startswith("probes:"))
+        block = []
+        for line in lines[start + 1 :]:
+            if line[:12].strip():
+                break
+            if line.startswith(" " * 14):
+                block.append(line)
+        parsed = yaml.safe_load(textwrap.dedent("\n".join(block)))
+        assert isinstance(parsed, dict), self.out
+        return parsed
+
     def command(self) -> list[str]:
-        """The exec command of the liveness stanza it printed."""
-        found = re.search(r"^\s+command: (\[.*\])$", self.out, re.MULTILINE)
-        assert found, self.out
-        command: list[str] = json.loads(found.group(1))
+        """The exec command of the liveness probe it printed."""
+        command: list[str] = self.probes()["livenessProbe"]["exec"]["command"]
         return command
 
 
-def doctor(url: str, *args: str, env: dict[str, str] | None = None, seconds: str = "1") -> Run:
+def doctor(
+    url: str, *args: str, env: dict[str, str] | None = None, seconds: str = "1", clock: Clock | None = None
+) -> Run:
+    """The doctor, in this process, on a clock of its own; --timeout 2 unless given."""
+    clock = clock or Clock()
+    out, err = io.StringIO(), io.StringIO()
+    timeout = [] if "--timeout" in args else ["--timeout", "2"]
+    argv = ["--url", url, "--seconds", seconds, *timeout, *args]
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(argv, env or {}, clock=clock, sleep=clock.sleep)
+    return Run(code, out.getvalue(), err.getvalue())
+
+
+def run_printed(
+    command: list[str], archive: Path, tmp_path: Path, env: dict[str, str] | None = None
+) -> tuple[int, str]:
+    """The printed command, word for word, as the kubelet runs it in the engine's container: `python3`
+    is this interpreter, and the archive inject ships is at the path the ConfigMap is mounted at."""
+    assert command[:4] == LAUNCHED
+    words = [sys.executable if word == "python3" else word.replace(PYZ_PATH, str(archive)) for word in command]
     result = subprocess.run(
-        [sys.executable, "-m", "stallprobe", "doctor", "--url", url, "--seconds", seconds, "--timeout", "2", *args],
+        words,
         capture_output=True,
         text=True,
         timeout=60,
-        env=clean_env(**(env or {})),
-        check=False,
-    )
-    assert "Traceback" not in result.stderr
-    return Run(result)
-
-
-def run_printed(command: list[str], tmp_path: Path, env: dict[str, str] | None = None) -> tuple[int, str]:
-    """The printed command, word for word, with this interpreter first on PATH (its `python3` has
-    stallprobe installed, as the engine's image would) and the state file under tmp_path."""
-    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
-    result = subprocess.run(
-        command,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=clean_env(PATH=path, TMPDIR=str(tmp_path), **(env or {})),
+        env=clean_env(TMPDIR=str(tmp_path), **(env or {})),
         check=False,
     )
     assert result.stderr == ""
@@ -132,7 +182,7 @@ def run_printed(command: list[str], tmp_path: Path, env: dict[str, str] | None =
 
 
 def test_a_busy_vllm_that_moves_is_fit_and_its_printed_probe_runs(
-    serve: Callable[..., StubEngine], tmp_path: Path
+    serve: Callable[..., StubEngine], archive: Path, tmp_path: Path
 ) -> None:
     page = fixture_page("vllm-0.32.0-cpu-busy.prom")
     stub = serve(
@@ -154,35 +204,34 @@ def test_a_busy_vllm_that_moves_is_fit_and_its_printed_probe_runs(
     assert run["pause"].startswith("/is_paused answers 404, as vLLM does without VLLM_SERVER_DEV_MODE=1")
     assert "vllm:engine_sleep_state" in run["pause"]
     assert run["load"].startswith("/load counts requests in flight (up to 4")
-    assert run["health"] == "/health answers 200: readiness (--ready) can use it"
+    assert run["health"] == "/health says the engine serves: readiness (--ready) can use it"
     assert run["verdicts"] == "baseline, then progressing x2 (window 120 s)"
-    last = r"progressing: 4 running, 0 waiting; \+0 prompt and \+4 generation tokens in \d\.\d s"
-    assert re.fullmatch(last, run["last look"])
-    assert run["readiness"].startswith("ready")
-    assert run["in short"] == "the probe can read and judge this engine: use the command above"
+    assert run["last look"] == "progressing: 4 running, 0 waiting; +0 prompt and +4 generation tokens in 0.8 s"
+    assert run["readiness"].startswith("ready: progressing: 4 running")
+    assert run["in short"] == "the probe can read and judge this engine: use the probes above"
     command = run.command()
-    assert command == [
-        "python3",
-        "-c",
-        "from stallprobe.cli import run; run()",
+    assert command[5:] == [
         "--url",
         stub.url,
         "--window",
         "120",
         "--timeout",
         "2",
+        "--engine",
+        "vllm",
         "--server-load",
     ]
-    assert "timeoutSeconds: 7" in run.out  # 2 s for the scrape, 2 s for /load, 1 s for /is_paused, 2 s to start
-    assert "stallprobe inject -f your-deployment.yaml --server-load --timeout 2 | kubectl apply -f -" in run["inject"]
-    code, line = run_printed(command, tmp_path)
+    # 2 s for the scrape, 2 s for /load, 1 s for /is_paused, 2 s to start
+    assert run.probes()["livenessProbe"]["timeoutSeconds"] == 7
+    assert run["inject"] == "stallprobe inject -f your-deployment.yaml --server-load --timeout 2 | kubectl apply -f -"
+    code, line = run_printed(command, archive, tmp_path)
     assert (code, line.split(";")[0]) == (ExitCode.OK, "baseline: 4 running, 0 waiting")
-    code, line = run_printed(command, tmp_path)
+    code, line = run_printed(command, archive, tmp_path)
     assert (code, line.split(";")[0]) == (ExitCode.OK, "progressing: 4 running, 0 waiting")
 
 
 def test_an_idle_vllm_says_nothing_had_to_move_and_what_load_cannot_tell(
-    serve: Callable[..., StubEngine], tmp_path: Path
+    serve: Callable[..., StubEngine], archive: Path, tmp_path: Path
 ) -> None:
     """The multiprocess page declares the running and waiting gauges and gives them no samples when idle."""
     stub = serve(
@@ -202,8 +251,8 @@ def test_an_idle_vllm_says_nothing_had_to_move_and_what_load_cannot_tell(
     command = run.command()
     assert "--server-load" not in command
     assert "--server-load" not in run["inject"]
-    assert "timeoutSeconds: 5" in run.out
-    code, line = run_printed(command, tmp_path)
+    assert run.probes()["livenessProbe"]["timeoutSeconds"] == 5
+    code, line = run_printed(command, archive, tmp_path)
     assert (code, line) == (
         ExitCode.OK,
         "baseline: 0 running, 0 waiting; first run, progress is judged from the next run",
@@ -264,7 +313,7 @@ def test_include_waiting_given_is_said_and_carried_into_the_command(serve: Calla
     assert "--include-waiting=always --timeout 2 |" in run["inject"]
 
 
-def test_llamacpp_idle(serve: Callable[..., StubEngine], tmp_path: Path) -> None:
+def test_llamacpp_idle(serve: Callable[..., StubEngine], archive: Path, tmp_path: Path) -> None:
     stub = serve(
         {"/metrics": Route(fixture_page("llamacpp-server-11434-local.prom")), "/health": Route(LLAMACPP_HEALTH)}
     )
@@ -277,11 +326,11 @@ def test_llamacpp_idle(serve: Callable[..., StubEngine], tmp_path: Path) -> None
     )
     assert not {"pause", "load", "loads"} & set(run.topics)
     assert run["verdicts"] == "baseline, then idle (window 120 s)"
-    assert run_printed(run.command(), tmp_path)[0] == ExitCode.OK
+    assert run_printed(run.command(), archive, tmp_path)[0] == ExitCode.OK
 
 
 def test_sglang_under_load_is_saturated_and_its_loads_route_answers(
-    serve: Callable[..., StubEngine], tmp_path: Path
+    serve: Callable[..., StubEngine], archive: Path, tmp_path: Path
 ) -> None:
     page = fixture_page("sglang-docs-production-metrics-00b08c4.prom")
     stub = serve(
@@ -299,8 +348,9 @@ def test_sglang_under_load_is_saturated_and_its_loads_route_answers(
     assert run["loads"].startswith("/v1/loads answers: when the page looks stuck, the probe reads the scheduler")
     assert run["verdicts"] == "baseline, then saturated (window 120 s)"
     assert run["last look"].endswith("busy, not stuck: do not restart")
-    assert "--engine" not in run.command()
-    assert run_printed(run.command(), tmp_path)[0] == ExitCode.OK
+    assert run.command()[-2:] == ["--engine", "sglang"]  # inject names the engine its container runs
+    assert "--engine" not in run["inject"]  # and reads it off the container
+    assert run_printed(run.command(), archive, tmp_path)[0] == ExitCode.OK
 
 
 def test_an_sglang_without_its_loads_route_is_told_what_that_costs(serve: Callable[..., StubEngine]) -> None:
@@ -321,7 +371,7 @@ def test_data_parallel_engines_are_counted(serve: Callable[..., StubEngine]) -> 
 # --- what it judges
 
 
-def test_a_busy_engine_frozen_past_the_window_is_stalled_now(serve: Callable[..., StubEngine], tmp_path: Path) -> None:
+def test_a_busy_engine_frozen_past_the_window_is_stalled_now(serve: Callable[..., StubEngine]) -> None:
     """The real page served unchanged: four requests running and nothing moving. With dev mode on,
     /is_paused answers false, so it is not paused either."""
     stub = serve(
@@ -331,13 +381,19 @@ def test_a_busy_engine_frozen_past_the_window_is_stalled_now(serve: Callable[...
     assert run.code == ExitCode.STALLED, run.out
     assert run["moved"] == "nothing, while the engine owed work (requests running, or waiting for capacity)"
     assert run["verdicts"] == "baseline, then stalled (window 0.5 s)"
-    assert re.fullmatch(
-        r"stalled: 4 running, 0 waiting; no token progress for 1\.\d s \(window 0\.5 s\)", run["last look"]
-    )
+    assert run["last look"] == "stalled: 4 running, 0 waiting; no token progress for 1.0 s (window 0.5 s)"
     assert run["pause"].startswith("/is_paused answers (VLLM_SERVER_DEV_MODE=1): the probe asks it")
-    assert run["readiness"].startswith("ready")  # stuck for 1 s, under the 30 s drain window
-    assert run["in short"] == "stalled now: busy with no progress for the window, so the probe would fail it"
-    assert run.command()[5:7] == ["--window", "0.5"]
+    # Stuck for 1 s, under the 30 s drain window, but stalled: an engine about to be restarted takes nothing.
+    assert run["readiness"] == "not ready: stalled: 4 running, 0 waiting; no token progress for 1.0 s (window 30 s)"
+    assert run["in short"] == (
+        "stalled now: busy with no progress for 1.0 s (window 0.5 s), so the probe fails it now; the kubelet "
+        "restarts it about 20.5 s after its last progress (window 0.5 s + period 10 s x (failureThreshold 3 - 1))"
+    )
+    assert run.command()[7:9] == ["--window", "0.5"]
+    assert run.err == (  # its readiness is judged with the default drain window, which the window undercuts
+        "stallprobe doctor: --drain-after 30 s is not shorter than --window 0.5 s: a wedged engine keeps its "
+        "traffic until it is stalled, so the load balancer no longer drains it before the restart\n"
+    )
 
 
 def test_requests_waiting_for_capacity_with_nothing_running_are_judged(serve: Callable[..., StubEngine]) -> None:
@@ -365,7 +421,306 @@ def test_an_engine_its_operator_paused_is_paused_and_fit(serve: Callable[..., St
     assert run["readiness"].startswith("not ready: paused")
 
 
+# --- every state an engine can be in, on the one stub engine: what the probe would do now
+
+
+def _idle(stub: StubEngine) -> None:
+    pass
+
+
+def _progressing(stub: StubEngine) -> None:
+    stub.set(running=2, generation_step=7)
+
+
+def _saturated(stub: StubEngine) -> None:
+    stub.set(running=4, waiting=9, generation_step=7)
+
+
+def _frozen(stub: StubEngine) -> None:
+    stub.set(running=4, generation=900, prompt=300)
+
+
+def _paused(stub: StubEngine) -> None:
+    stub.set(running=2, generation_step=7)
+    stub.pause()
+
+
+def _owed(stub: StubEngine) -> None:
+    stub.set(waiting=3, waiting_by_reason={"capacity": 3, "deferred": 0})
+
+
+SUSPECT_10 = (
+    "If nothing moves, readiness takes it out of routing at 30 s (the earlier of --drain-after 30 s and the window), "
+    "the probe fails it at 120 s, and the kubelet restarts it about 140 s after its last progress (window 120 s + "
+    "period 10 s x (failureThreshold 3 - 1))"
+)
+STATES = [
+    # (id, how the engine is, doctor's extra flags, exit code, verdicts, the summary)
+    (
+        "idle",
+        _idle,
+        (),
+        ExitCode.OK,
+        "baseline, then idle x10",
+        "the probe can read and judge this engine: use the probes above",
+    ),
+    (
+        "progressing",
+        _progressing,
+        (),
+        ExitCode.OK,
+        "baseline, then progressing x10",
+        "the probe can read and judge this engine: use the probes above",
+    ),
+    (
+        "saturated",
+        _saturated,
+        (),
+        ExitCode.OK,
+        "baseline, then saturated x10",
+        "the probe can read and judge this engine: use the probes above",
+    ),
+    (
+        "suspect",
+        _frozen,
+        (),
+        ExitCode.OK,
+        "baseline, then suspect x10",
+        f"suspect: busy with no progress for 10 s. {SUSPECT_10}",
+    ),
+    (
+        "stalled",
+        _frozen,
+        ("--window", "6"),
+        ExitCode.STALLED,
+        "baseline, then suspect x5, then stalled x5",
+        "stalled now: busy with no progress for 10 s (window 6 s), so the probe fails it now; the kubelet restarts "
+        "it about 26 s after its last progress (window 6 s + period 10 s x (failureThreshold 3 - 1))",
+    ),
+    (
+        "paused",
+        _paused,
+        (),
+        ExitCode.OK,
+        "baseline, then paused x10",
+        "paused: paused by its operator (/is_paused). The probe never fails a paused engine (readiness keeps it out "
+        "of routing) and judges it afresh once it resumes",
+    ),
+    (
+        "owed",
+        _owed,
+        (),
+        ExitCode.OK,
+        "baseline, then suspect x10",
+        f"suspect: busy with no progress for 10 s. {SUSPECT_10}",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("how", "flags", "code", "verdicts", "short"), [state[1:] for state in STATES], ids=[state[0] for state in STATES]
+)
+def test_what_the_probe_would_do_now_in_every_state(
+    how: Callable[[StubEngine], None], flags: tuple[str, ...], code: int, verdicts: str, short: str
+) -> None:
+    """Ten seconds of looks on the doctor's own clock: each state's verdicts, the summary that says what the
+    probe would do now, and one health question per look (observe asks it; the doctor never again)."""
+    assert STATES
+    with StubEngine() as stub:
+        how(stub)
+        run = doctor(stub.url, *flags, seconds="10")
+        assert run.code == code, run.out
+        assert run["verdicts"] == f"{verdicts} (window {flags[1] if flags else '120'} s)"
+        assert run["in short"] == short
+        assert stub.count("/health") == 11
+        assert stub.count("/metrics") == 11
+
+
+def test_a_busy_frozen_engine_is_told_how_long_it_has_not_moved_and_the_owed_work(
+    serve: Callable[..., StubEngine],
+) -> None:
+    with StubEngine() as stub:
+        _owed(stub)
+        run = doctor(stub.url, seconds="10")
+    assert run["moved"] == "nothing, while the engine owed work (requests running, or waiting for capacity)"
+    assert run["last look"] == (
+        "suspect: 0 running, 3 waiting; no token progress for 10 s (window 120 s); 3 waiting for capacity, nothing "
+        "running"
+    )
+    assert run["readiness"] == (
+        "ready: suspect: 0 running, 3 waiting; no token progress for 10 s (window 30 s); 3 waiting for capacity, "
+        "nothing running"
+    )
+
+
+def test_a_page_that_goes_silent_is_suspect_from_its_last_answer() -> None:
+    """The page answers the first look, then nothing answers within --timeout: no numbers, and the stall
+    clock runs from the last answer."""
+    with StubEngine() as stub:
+        _progressing(stub)
+
+        def hang(clock: Clock) -> None:
+            stub.route("/metrics", hang=True)
+
+        run = doctor(stub.url, "--timeout", "0.2", seconds="3", clock=Clock(hang))
+    assert run.code == ExitCode.OK, run.out
+    assert run["verdicts"] == "baseline, then suspect x3 (window 120 s)"
+    assert run["last look"] == (
+        "suspect: scrape " + stub.url + ": no complete answer within 0.2 s; nothing answered for 3.0 s (window 120 s)"
+    )
+    assert run["in short"].startswith("suspect: no answer for 3.0 s. If nothing moves, readiness takes it out")
+
+
+def test_a_page_too_slow_at_the_first_contact_says_so() -> None:
+    with StubEngine() as stub:
+        stub.route("/metrics", hang=True)
+        run = doctor(stub.url, "--timeout", "0.2")
+    assert run.code == ExitCode.SCRAPE, run.out
+    assert run["engine"].startswith(f"unknown: scrape {stub.url}: no complete answer within 0.2 s. A busy engine")
+    assert run["in short"] == (
+        "no answer within --timeout 0.2 s: the probe would call it suspect, and fail it once nothing has answered "
+        "for the window (120 s)"
+    )
+
+
+def test_include_waiting_always_makes_a_queue_owed_work_and_the_doctor_says_so() -> None:
+    """A queue that never moves, with nothing running, on a page that cannot tell which requests are owed:
+    not judged by default, owed work with --include-waiting=always (the detector's rule, the doctor's words)."""
+    with StubEngine(waiting=3) as stub:
+        plain = doctor(stub.url, seconds="3")
+        always = doctor(stub.url, "--include-waiting=always", seconds="3")
+    assert (plain["verdicts"], plain["moved"]) == (
+        "baseline, then idle x3 (window 120 s)",
+        "nothing: nothing ran, so nothing had to move. Look again while it serves requests.",
+    )
+    assert (always["verdicts"], always["moved"]) == (
+        "baseline, then suspect x3 (window 120 s)",
+        "nothing, while the engine owed work (requests running, or waiting for capacity)",
+    )
+    assert always["in short"].startswith("suspect: busy with no progress for 3.0 s.")
+
+
+def test_a_heartbeat_that_appears_is_progress_and_is_said_to_have_moved() -> None:
+    """The KV-cache gauge shows up on the page at the second look: a change the detector counts as life."""
+    with StubEngine(running=2) as stub:
+
+        def appear(clock: Clock) -> None:
+            stub.set(kv_cache=0.25)
+
+        run = doctor(stub.url, seconds="1", clock=Clock(appear))
+    assert run["verdicts"] == "baseline, then progressing (window 120 s)"
+    assert run["moved"] == "vllm:kv_cache_usage_perc; not vllm:prompt_tokens_total, vllm:generation_tokens_total"
+    assert run["in short"] == "the probe can read and judge this engine: use the probes above"
+
+
+def test_the_canary_and_the_server_load_are_asked_as_the_probe_asks_them() -> None:
+    """--canary and --server-load are look options like any other: an idle-looking engine is asked its
+    load and sent the canary (once per --canary-interval), and the probes carry both."""
+    with StubEngine() as stub:
+        stub.route("/load", b'{"server_load": 0}')
+        run = doctor(stub.url, "--canary", "--canary-interval", "600", "--server-load", seconds="3")
+        assert stub.count("/v1/completions") == 1
+    assert run["verdicts"] == "baseline, then idle x3 (window 120 s)"
+    assert run["last look"] == "idle: 0 running, 0 waiting"
+    assert run.command()[-4:] == ["--canary", "--canary-interval", "600", "--server-load"]
+    assert run.probes()["livenessProbe"]["timeoutSeconds"] == 9  # the page, the load, the canary, /is_paused, 2
+    assert run["inject"] == (
+        "stallprobe inject -f your-deployment.yaml --canary --canary-interval 600 --server-load --timeout 2 | "
+        "kubectl apply -f -"
+    )
+
+
+def test_drain_after_not_shorter_than_the_window_is_said_once_on_stderr() -> None:
+    with StubEngine() as stub:
+        run = doctor(stub.url, "--window", "20", "--drain-after", "20", seconds="2")
+        quiet = doctor(stub.url, "--window", "20", "--drain-after", "10", seconds="2")
+    assert run.err == (
+        "stallprobe doctor: --drain-after 20 s is not shorter than --window 20 s: a wedged engine keeps its traffic "
+        "until it is stalled, so the load balancer no longer drains it before the restart\n"
+    )
+    assert quiet.err == ""
+    with StubEngine() as stub:
+        default = doctor(stub.url, "--window", "20", seconds="1")
+    assert default.err.startswith("stallprobe doctor: --drain-after 30 s is not shorter than --window 20 s")
+    assert default.probes()["readinessProbe"]["exec"]["command"][-2:] == ["--drain-after", "30"]  # as inject
+    assert run.probes()["readinessProbe"]["exec"]["command"][-2:] == ["--drain-after", "20"]
+
+
+# --- the probes are inject's
+
+
+def deployment(engine: str, port: int) -> str:
+    """A Deployment of one engine serving on `port`, as a person writes it (no probes of its own)."""
+    container: dict[str, Any]
+    if engine == "vllm":
+        container = {"name": "vllm", "image": "vllm/vllm-openai:v0.11.0", "args": ["--model", "m", "--port", str(port)]}
+    else:
+        container = {
+            "name": "llama",
+            "image": "ghcr.io/ggml-org/llama.cpp:server",
+            "args": ["-m", "/models/m.gguf", "--port", str(port), "--metrics"],
+        }
+    labels = {"app": "llm"}
+    doc = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "llm"},
+        "spec": {
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": {"containers": [container]}},
+        },
+    }
+    return json.dumps(doc)
+
+
+@pytest.mark.parametrize(
+    ("engine", "flags"),
+    [
+        ("vllm", ()),
+        ("vllm", ("--window", "60", "--saturation", "4", "--include-waiting=always", "--drain-after", "20")),
+        ("vllm", ("--progress-metric", "vllm:kv_cache_usage_perc", "--canary", "--server-load", "--timeout", "4")),
+        ("llamacpp", ("--window", "300", "--drain-after", "45")),
+    ],
+    ids=["plain", "judging", "asking", "llamacpp-loopback"],
+)
+def test_the_printed_probes_are_what_inject_writes_for_the_same_engine(
+    engine: str, flags: tuple[str, ...], tmp_path: Path
+) -> None:
+    """The printed `stallprobe inject` command, run on a Deployment of that engine on that port, writes the
+    probes the doctor printed, field for field."""
+    with StubEngine(engine) as stub:
+        run = doctor(stub.url, *flags, seconds="0.2")
+        port = stub.port
+    assert run.code == ExitCode.OK, run.out
+    printed = run.probes()
+    command = run["inject"].removesuffix(" | kubectl apply -f -").split()
+    assert command[:4] == ["stallprobe", "inject", "-f", "your-deployment.yaml"]
+    manifest = tmp_path / "deploy.json"
+    manifest.write_text(deployment(engine, port))
+    result = subprocess.run(
+        [sys.executable, "-m", "stallprobe", "inject", "-f", str(manifest), "--pyz", os.devnull, *command[4:]],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=clean_env(),
+        check=False,
+    )
+    assert result.returncode == ExitCode.OK, result.stderr
+    written = json.loads(result.stdout)["items"][0]["spec"]["template"]["spec"]["containers"][0]
+    probes = {key: written[key] for key in ("livenessProbe", "startupProbe", "readinessProbe") if key in written}
+    assert printed == probes
+    assert "readinessProbe" in printed  # inject writes it unless told not to
+
+
 # --- API keys
+
+# What the doctor says of an engine whose page the probe cannot read: its every run falls back to the
+# engine's health route.
+UNREADABLE = (
+    "the probe cannot judge this engine: every run falls back to its health route (exit 0, unjudged, while "
+    "that answers 2xx; exit {code} when it does not, or with --strict), no more than an httpGet of it: "
+    "mend what is said above before adopting it"
+)
 
 
 def test_a_page_that_wants_a_key_says_how_to_give_it(serve: Callable[..., StubEngine]) -> None:
@@ -374,11 +729,14 @@ def test_a_page_that_wants_a_key_says_how_to_give_it(serve: Callable[..., StubEn
     assert run.code == ExitCode.SCRAPE, run.out
     assert run["engine"] == f"unknown: {stub.url} answered HTTP 401 Unauthorized"
     assert run["api key"].startswith("needed: the page wants one; give it with --api-key-file PATH")
+    assert run["in short"] == UNREADABLE.format(code=3)
     assert "sk-doctor" not in run.out
     assert stub.count("/metrics") == 1  # it did not go on looking
 
 
-def test_a_key_file_that_works_goes_into_the_printed_command(serve: Callable[..., StubEngine], tmp_path: Path) -> None:
+def test_a_key_file_that_works_goes_into_the_printed_command(
+    serve: Callable[..., StubEngine], archive: Path, tmp_path: Path
+) -> None:
     stub = serve({"/metrics": Route(fixture_page("llamacpp-server-11434-local.prom"))}, key="sk-doctor")
     key_file = tmp_path / "key"
     key_file.write_text("sk-doctor\n")
@@ -387,14 +745,14 @@ def test_a_key_file_that_works_goes_into_the_printed_command(serve: Callable[...
     assert run["api key"] == f"needed for the page, and the one given (--api-key-file {key_file}) works"
     command = run.command()
     assert command[-2:] == ["--api-key-file", str(key_file)]
-    assert "Mount the key file at that path in the container." in run["probe"]
+    assert "Mount the key file at that path in the container." in run["probes"]
     assert f"--api-key-file {key_file}" in run["inject"]
     assert "sk-doctor" not in run.out
-    assert run_printed(command, tmp_path)[0] == ExitCode.OK
+    assert run_printed(command, archive, tmp_path)[0] == ExitCode.OK
 
 
 def test_the_engines_own_key_variable_is_read_as_the_probe_reads_it(
-    serve: Callable[..., StubEngine], tmp_path: Path
+    serve: Callable[..., StubEngine], archive: Path, tmp_path: Path
 ) -> None:
     stub = serve({"/metrics": Route(fixture_page("llamacpp-server-11434-local.prom"))}, key="sk-doctor")
     run = doctor(stub.url, env={"LLAMA_API_KEY": "sk-doctor"}, seconds="0.2")
@@ -402,8 +760,8 @@ def test_the_engines_own_key_variable_is_read_as_the_probe_reads_it(
     assert run["api key"] == "needed for the page, and the one given (LLAMA_API_KEY) works"
     command = run.command()
     assert "--api-key-file" not in command
-    assert "The probe reads LLAMA_API_KEY in the engine's container, as the engine does." in run["probe"]
-    assert run_printed(command, tmp_path, env={"LLAMA_API_KEY": "sk-doctor"})[0] == ExitCode.OK
+    assert "The probe reads LLAMA_API_KEY in the engine's container, as the engine does." in run["probes"]
+    assert run_printed(command, archive, tmp_path, env={"LLAMA_API_KEY": "sk-doctor"})[0] == ExitCode.OK
 
 
 def test_a_key_the_engine_refuses_is_said_so(serve: Callable[..., StubEngine]) -> None:
@@ -436,7 +794,7 @@ def test_nothing_listening(tmp_path: Path) -> None:
         f"none: nothing listens on 127.0.0.1:{port} (connection refused). Is the engine up, and is that its "
         "port? (by default: vllm 8000, sglang 30000, llamacpp 8080)"
     )
-    assert "probe" not in run.topics
+    assert "probes" not in run.topics
 
 
 @pytest.mark.parametrize(
@@ -469,8 +827,9 @@ def test_a_url_that_is_no_engine_page_says_why(
     run = doctor(stub.url)
     assert run.code == code, run.out
     assert said in run["engine"]
+    assert run["in short"] == UNREADABLE.format(code=code)
     assert stub.count("/metrics") == 1
-    assert "probe" not in run.topics
+    assert "probes" not in run.topics
 
 
 def test_an_engine_named_on_a_page_that_is_not_its_says_why_at_the_first_look(serve: Callable[..., StubEngine]) -> None:
@@ -481,7 +840,7 @@ def test_an_engine_named_on_a_page_that_is_not_its_says_why_at_the_first_look(se
         ExitCode.METRICS,
         "none: not a metrics page, the server sent HTML",
     )
-    assert "probe" not in run.topics
+    assert "probes" not in run.topics
 
 
 @pytest.mark.parametrize("engine", [(), ("--engine", "vllm")], ids=["auto", "named"])
@@ -506,7 +865,7 @@ def test_a_vllm_started_with_disable_log_stats_publishes_nothing_to_read(
 
 
 def test_a_page_two_engines_fit_needs_engine_and_the_command_carries_it(
-    serve: Callable[..., StubEngine], tmp_path: Path
+    serve: Callable[..., StubEngine], archive: Path, tmp_path: Path
 ) -> None:
     both = fixture_page("vllm-0.32.0-cpu-busy.prom") + fixture_page("llamacpp-server-11434-local.prom")
     stub = serve({"/metrics": Route(both)})
@@ -518,14 +877,18 @@ def test_a_page_two_engines_fit_needs_engine_and_the_command_carries_it(
     assert run["engine"] == "llamacpp (--engine llamacpp), one engine on the page"
     assert run.command()[-2:] == ["--engine", "llamacpp"]
     assert "inject -f your-deployment.yaml --engine llamacpp" in run["inject"]
-    code, line = run_printed(run.command(), tmp_path)
+    code, line = run_printed(run.command(), archive, tmp_path)
     assert (code, line.split(";")[0]) == (ExitCode.OK, "baseline: 0 running, 0 waiting")
 
 
-def test_an_engine_named_that_auto_finds_anyway_is_left_out_of_the_command(serve: Callable[..., StubEngine]) -> None:
+def test_an_engine_named_that_auto_finds_anyway_is_left_out_of_the_inject_command(
+    serve: Callable[..., StubEngine],
+) -> None:
+    """inject reads the engine off the container and writes it into the probe, as the doctor prints it."""
     stub = serve({"/metrics": Route(fixture_page("llamacpp-server-11434-local.prom"))})
     run = doctor(stub.url, "--engine", "llamacpp", seconds="0.2")
-    assert "--engine" not in run.command()
+    assert "--engine" not in run["inject"]
+    assert run.command()[-2:] == ["--engine", "llamacpp"]
 
 
 # --- the command itself
@@ -535,7 +898,8 @@ def test_the_probes_environment_is_read_and_carried_into_the_command(serve: Call
     stub = serve({"/metrics": Route(fixture_page("llamacpp-server-11434-local.prom"))})
     run = doctor(stub.url, env={"STALLPROBE_WINDOW": "60", "STALLPROBE_SATURATION": "4"}, seconds="0.2")
     assert run["verdicts"] == "baseline, then idle (window 60 s)"
-    assert run.command()[5:] == ["--window", "60", "--timeout", "2", "--saturation", "4"]
+    flags = ["--window", "60", "--timeout", "2", "--engine", "llamacpp", "--saturation", "4"]
+    assert run.command()[5:] == ["--url", stub.url, *flags]
     assert "--saturation 4 --window 60 --timeout 2 |" in run["inject"]
 
 
@@ -561,36 +925,38 @@ def test_a_closed_stdout_is_exit_7_without_a_traceback(serve: Callable[..., Stub
 
 def test_head_1_gets_the_first_line_and_the_doctor_exits_7(serve: Callable[..., StubEngine]) -> None:
     stub = serve({"/metrics": Route(fixture_page("llamacpp-server-11434-local.prom"))})
-    command = f"{sys.executable} -m stallprobe doctor --url {stub.url} --seconds 1 | head -1; echo ${{PIPESTATUS[0]}}"
+    command = f"{sys.executable} -m stallprobe doctor --url {stub.url} --seconds 0.2 | head -1; echo ${{PIPESTATUS[0]}}"
     result = subprocess.run(
         ["bash", "-c", command], capture_output=True, text=True, timeout=60, env=clean_env(), check=False
     )
-    assert result.stdout == f"stallprobe doctor: reading {stub.url} for 1.0 s, 2 looks\n7\n"
+    assert result.stdout == f"stallprobe doctor: reading {stub.url} for 0.2 s, 2 looks\n7\n"
     assert "Traceback" not in result.stderr
 
 
 def test_ctrl_c_during_the_looks_reports_what_was_seen(serve: Callable[..., StubEngine]) -> None:
+    """Ctrl-C while the doctor waits for its second look: the first is whole, and reported."""
     stub = serve({"/metrics": Route(fixture_page("llamacpp-server-11434-local.prom"))})
-    process = subprocess.Popen(
-        [sys.executable, "-m", "stallprobe", "doctor", "--url", stub.url, "--seconds", "60"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=clean_env(),
-    )
-    try:
-        deadline = time.monotonic() + 30
-        # The door, the first look, and the second begun: the first is whole.
-        while stub.count("/metrics") < 3 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        process.send_signal(signal.SIGINT)
-        out, err = process.communicate(timeout=30)
-    finally:
-        process.kill()
-    assert process.returncode == ExitCode.OK, out
-    assert "Traceback" not in err
-    assert re.search(r"^stopped: +interrupted after [12] looks$", out, re.MULTILINE), out
-    assert re.search(r"^verdicts: +baseline(, then idle)? \(window 120 s\)$", out, re.MULTILINE), out
+
+    def interrupt(clock: Clock) -> None:
+        raise KeyboardInterrupt
+
+    run = doctor(stub.url, seconds="60", clock=Clock(interrupt))
+    assert run.code == ExitCode.OK, run.out
+    assert re.search(r"^stopped: +interrupted after 1 looks$", run.out, re.MULTILINE), run.out
+    assert re.search(r"^verdicts: +baseline \(window 120 s\)$", run.out, re.MULTILINE), run.out
+    assert stub.count("/metrics") == 1
+
+
+def test_ctrl_c_before_the_first_look_is_130(serve: Callable[..., StubEngine]) -> None:
+    stub = serve({"/metrics": Route(fixture_page("llamacpp-server-11434-local.prom"))})
+
+    class Interrupted(Clock):
+        def __call__(self) -> float:
+            raise KeyboardInterrupt
+
+    run = doctor(stub.url, clock=Interrupted())
+    assert (run.code, run.err) == (ExitCode.INTERRUPTED, "stallprobe doctor: interrupted\n")
+    assert "interrupted before its first look" in EXIT_TABLE[ExitCode.INTERRUPTED]["doctor"]
 
 
 # --- flags, help
@@ -632,3 +998,21 @@ def test_seconds_takes_fractions_and_the_key_is_read_as_the_probe_reads_it() -> 
     config = configure(["--seconds", "0.25"], {"VLLM_API_KEY": "sk-x"})
     assert isinstance(config, DoctorConfig)
     assert (config.seconds, config.key, config.key_from) == (0.25, "sk-x", "VLLM_API_KEY")
+
+
+def test_the_output_quoted_in_the_kubernetes_page_is_what_it_prints() -> None:
+    """docs/kubernetes.md quotes a run on a simulated vLLM with a deep queue at port 8002: the same engine
+    on the stub, its port read as 8002, gives the same lines."""
+    text = (REPO / "docs" / "kubernetes.md").read_text()
+    found = re.search(r"```\n\$ stallprobe doctor --url (\S+) --seconds 3\n(.*?)```", text, re.DOTALL)
+    assert found, "docs/kubernetes.md quotes no doctor run"
+    url, quoted = found.groups()
+    with StubEngine(running=12, waiting=99, generation=48210, prompt=91544) as stub:
+        stub.set(generation_step=28, waiting_by_reason={"capacity": 99, "deferred": 0}, kv_cache=0.91)
+        out, err = io.StringIO(), io.StringIO()
+        clock = Clock()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(["--url", stub.url, "--seconds", "3"], {}, clock=clock, sleep=clock.sleep)
+        printed = out.getvalue().replace(stub.url, url).replace(f"port: {stub.port}\n", "port: 8002\n")
+    assert (code, err.getvalue()) == (ExitCode.OK, "")
+    assert printed == quoted

@@ -6,9 +6,8 @@ import hashlib
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
-from conftest import FIXTURES, REPO, fixture_page, llamacpp_page, read_sample, sglang_page, vllm_page
+from conftest import FIXTURES, REPO, fixture_page, llamacpp_page, read_sample, sglang_page, vllm_engines_page, vllm_page
 from stallprobe import MetricsError, Sample
 from stallprobe.engines import (
     DIALECTS,
@@ -198,23 +197,7 @@ def test_with_names_keeps_what_is_not_overridden() -> None:
 
 def data_parallel_page(engines: dict[str, tuple[float, float, float, float, float]], unlabelled: bool = False) -> bytes:
     """A vLLM V1 page with one series per engine: (running, waiting, prompt, generation, kv usage)."""
-    registry = CollectorRegistry()
-    labels = ["model_name", "engine"]
-    running = Gauge(RUN, "running", labels, registry=registry)
-    waiting = Gauge(WAIT, "waiting", labels, registry=registry)
-    prompt = Counter("vllm:prompt_tokens", "prompt", labels, registry=registry)
-    generation = Counter("vllm:generation_tokens", "generation", labels, registry=registry)
-    kv = Gauge(KV, "kv", labels, registry=registry)
-    for engine, (r, w, p, g, k) in engines.items():
-        running.labels("m", engine).set(r)
-        waiting.labels("m", engine).set(w)
-        prompt.labels("m", engine).inc(p)
-        generation.labels("m", engine).inc(g)
-        kv.labels("m", engine).set(k)
-    page = generate_latest(registry)
-    if unlabelled:
-        page += b"vllm:num_requests_running 1.0\n"
-    return page
+    return vllm_engines_page(engines, model="m", unlabelled=unlabelled)
 
 
 def test_data_parallel_engines_are_read_one_by_one() -> None:

@@ -8,7 +8,6 @@ must say and exit with; each row runs the exact command a pod runs against the s
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import fixture_page, rewind
+from conftest import clean_env, fixture_page, rewind
 from stallprobe.errors import ExitCode
 from stubengine import StubEngine
 
@@ -29,8 +28,7 @@ UNJUDGED = r"unjudged: .*; /health answers 2xx, so the engine serves \(the probe
 
 
 def probe(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("STALLPROBE_")}
-    clean.update(env or {})
+    clean = clean_env(**(env or {}))
     return subprocess.run(
         [sys.executable, "-m", "stallprobe", *args], capture_output=True, text=True, env=clean, timeout=60, check=False
     )
@@ -71,6 +69,16 @@ def fine(engine: StubEngine) -> None:
     return
 
 
+def canary_gets_html(engine: StubEngine) -> None:  # an idle engine whose API answers a login page
+    engine.set(running=0)
+    engine.route("/v1/models", b"<html>login</html>")
+
+
+def canary_gets_500(engine: StubEngine) -> None:
+    engine.set(running=0)
+    engine.route("/v1/completions", b'{"error": "boom"}', 500)
+
+
 # (name, page, health route, extra flags, state file in a read-only place, exit code, line pattern)
 ROWS: list[tuple[str, Callable[[StubEngine], None], Callable[[StubEngine], None], tuple[str, ...], bool, int, str]] = [
     ("renamed_metric_serving", renamed, fine, (), False, ExitCode.OK, UNJUDGED),
@@ -90,6 +98,17 @@ ROWS: list[tuple[str, Callable[[StubEngine], None], Callable[[StubEngine], None]
     ("ready_renamed_serving", renamed, fine, ("--ready",), False, ExitCode.OK, "ready: " + UNJUDGED),
     ("ready_renamed_unhealthy", renamed, health(503), ("--ready",), False, ExitCode.METRICS, r"error: .*503.*"),
     ("healthy_page_is_judged", fine, health(503), (), False, ExitCode.OK, r"baseline: .*"),
+    ("canary_html_serving", canary_gets_html, fine, ("--canary", "SECOND"), False, ExitCode.OK, r"unjudged: canary .*"),
+    ("canary_500_serving", canary_gets_500, fine, ("--canary", "SECOND"), False, ExitCode.OK, r"unjudged: canary .*"),
+    (
+        "canary_500_unhealthy",
+        canary_gets_500,
+        health(500),
+        ("--canary", "SECOND"),
+        False,
+        ExitCode.SCRAPE,
+        r"error: canary .*HTTP 500.*",
+    ),
 ]
 
 
@@ -120,6 +139,10 @@ def test_a_probe_that_cannot_judge_asks_the_health_route(
     if read_only:
         (tmp_path / "ro").write_text("")
     state = tmp_path / "ro" / "probe.state" if read_only else tmp_path / "probe.state"
+    if "SECOND" in flags:  # the canary goes only to an engine seen idle before: a first run
+        flags = tuple(flag for flag in flags if flag != "SECOND")
+        probe("--url", engine.url, "--state-file", str(state), *flags)
+        engine.requests.clear()
     result = probe("--url", engine.url, "--state-file", str(state), *flags)
     assert (result.returncode, result.stderr) == (code, ""), result.stdout
     assert result.stdout.count("\n") == 1

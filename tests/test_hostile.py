@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import RawServer, vllm_page
+from conftest import RawServer, clean_env, vllm_page
 from stallprobe import Sample, State
 from stallprobe.errors import ExitCode
 from stallprobe.scrape import MAX_PAGE_BYTES
@@ -52,7 +52,7 @@ print(json.dumps([os.waitstatus_to_exitcode(status), usage.ru_maxrss, time.monot
 def measured(tmp_path: Path, *args: str) -> tuple[int, str, int, float]:
     """Run the probe; its exit code, its whole output, its peak RSS (KiB) and how long it took."""
     out = tmp_path / "probe.out"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STALLPROBE_")}
+    env = clean_env()
     report = subprocess.run(
         [sys.executable, "-S", "-c", SPAWN, str(out), sys.executable, "-m", "stallprobe", *args],
         capture_output=True,
@@ -224,7 +224,7 @@ def run(*args: str, limit_file_size: bool = False) -> subprocess.CompletedProces
 
         resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STALLPROBE_")}
+    env = clean_env()
     return subprocess.run(
         [sys.executable, "-m", "stallprobe", *args],
         capture_output=True,

@@ -6,23 +6,27 @@ from __future__ import annotations
 import base64
 import copy
 import difflib
+import hashlib
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 import yaml
 
-from conftest import REPO, rewind, validate
+from conftest import REPO, clean_env, rewind, validate
 from stallprobe.errors import ExitCode
-from stallprobe.inject import PYZ_PATH, Choice, Options, decide, engine_of, inject, pod_specs, read_documents
+from stallprobe.inject import PYZ_PATH, Choice, InjectConfig, decide, engine_of, inject, pod_specs, read_documents
 from stallprobe.inject.manifests import MAX_BYTES, MAX_DEPTH, MAX_NODES, NO_RUAMEL
+from stallprobe.settings import parse
 from stubengine import StubEngine
 
 
@@ -95,7 +99,7 @@ KINDS = ["Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob
 @pytest.mark.parametrize("kind", KINDS)
 def test_every_workload_kind_gets_the_probe_and_stays_valid(kind: str) -> None:
     docs = [workload(kind, pod_spec(container(args=["--port", "8000"])))]
-    out, log, _ = inject(docs, Options(pyz=b"PK"))
+    out, log, _ = inject(docs, InjectConfig(), b"PK")
     assert [d["kind"] for d in out] == [kind, "ConfigMap"]
     for doc in out:
         validate(doc)
@@ -116,7 +120,12 @@ def test_every_workload_kind_gets_the_probe_and_stays_valid(kind: str) -> None:
             "--url",
             "http://127.0.0.1:8000/metrics",
         ]
-        assert {"name": "stallprobe", "configMap": {"name": "stallprobe", "defaultMode": 0o444}} in spec["volumes"]
+        ready = spec["containers"][0]["readinessProbe"]  # by default: drained after --drain-after 30
+        assert ready["exec"]["command"] == [*probe["exec"]["command"], "--ready", "--drain-after", "30"]
+        # The build's ConfigMap is named by its content: a new build rolls the workload.
+        name = "stallprobe-" + hashlib.sha256(b"PK").hexdigest()[:10]
+        assert {"name": "stallprobe", "configMap": {"name": name, "defaultMode": 0o444}} in spec["volumes"]
+    assert out[-1]["metadata"]["name"] == name
     assert len(log) == (2 if kind == "LeaderWorkerSet" else 1)
 
 
@@ -141,10 +150,18 @@ def test_every_workload_kind_gets_the_probe_and_stays_valid(kind: str) -> None:
             "llamacpp",
             7000,
         ),
-        (
-            container(ports=[{"name": "grpc", "containerPort": 9999}, {"name": "http", "containerPort": 8888}]),
+        (  # a script the manifest does not show, in the container --container names: its port named http
+            container(
+                command=["/start.sh"],
+                ports=[{"name": "grpc", "containerPort": 9999}, {"name": "http", "containerPort": 8888}],
+            ),
             "vllm",
             8888,
+        ),
+        (  # the image's entrypoint runs vLLM, on its default 8000 here: a port named http elsewhere is not it
+            container(ports=[{"name": "grpc", "containerPort": 9999}, {"name": "http", "containerPort": 8888}]),
+            "vllm",
+            0,
         ),
         (container(image="nginx:1.27", ports=[{"containerPort": 80}]), None, 80),
         (container(args=["--port", "\u00b2"]), "vllm", 0),  # not a port: skipped, never guessed
@@ -158,9 +175,95 @@ def test_engine_and_port_are_read_from_the_container(entry: dict[str, Any], engi
 
 def test_only_inference_containers_are_touched() -> None:
     spec = pod_spec(container(), container(name="sidecar", image="envoyproxy/envoy:v1"))
-    out, _, _ = inject([workload("Deployment", spec)], Options(pyz=b""))
+    out, _, _ = inject([workload("Deployment", spec)], InjectConfig(), b"")
     sidecar = out[0]["spec"]["template"]["spec"]["containers"][1]
     assert sidecar == container(name="sidecar", image="envoyproxy/envoy:v1")
+
+
+def test_the_probe_targets_the_engine_never_a_proxy_sidecar_holding_the_services_port() -> None:
+    """An auth proxy in the engine's pod holds the port its Service targets; --engine names the probe's
+    dialect, not the containers: the proxy is never probed, even when its upstream names vLLM."""
+    proxy = container(
+        name="auth",
+        image="quay.io/oauth2-proxy/oauth2-proxy:v7.6.0",
+        args=["--http-address=0.0.0.0:4180", "--upstream=http://vllm.inference.svc:8000"],
+        ports=[{"name": "http", "containerPort": 4180}],
+    )
+    envoy = container(name="envoy", image="envoyproxy/envoy:v1", ports=[{"name": "http", "containerPort": 8443}])
+    engine = container(args=["--model", "m"], ports=[{"name": "api", "containerPort": 8000}])
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "llm", "namespace": "inference"},
+        "spec": {"selector": {"app": "llm"}, "ports": [{"name": "http", "port": 443, "targetPort": "http"}]},
+    }
+    out, log, _ = inject(
+        [workload("Deployment", pod_spec(proxy, envoy, engine)), service], InjectConfig(engine="vllm"), b""
+    )
+    auth, side, vllm = out[0]["spec"]["template"]["spec"]["containers"]
+    assert (auth, side) == (proxy, envoy)  # not a byte added
+    assert "http://127.0.0.1:8000/metrics" in vllm["livenessProbe"]["exec"]["command"]
+    assert vllm["startupProbe"]["httpGet"]["port"] == 8000
+    assert log[0] == (
+        "deployment/llm-deployment container auth: skipped: its port is not proven: its image "
+        "quay.io/oauth2-proxy/oauth2-proxy:v7.6.0 runs an entrypoint the manifest does not show (--container auth "
+        "--port N settles it)"
+    )
+    assert "container vllm: added the liveness probe (vllm, port 8000 from its containerPort)" in log[1]
+
+
+@pytest.mark.parametrize(
+    ("service", "port"),
+    [
+        ({"metadata": {"name": "s", "namespace": "inference"}, "spec": {"selector": {"app": "llm"}}}, 8000),
+        ({"metadata": {"name": "s", "namespace": "elsewhere"}, "spec": {"selector": {"app": "llm"}}}, 0),
+        ({"metadata": {"name": "s", "namespace": "inference"}, "spec": {"selector": {"app": "other"}}}, 0),
+        ({"metadata": {"name": "s", "namespace": "inference"}, "spec": {"selector": {"tier": "llm"}}}, 0),
+        ({"metadata": {"name": "s", "namespace": "inference"}, "spec": {"selector": {}}}, 0),
+        ({"metadata": {"name": "s", "namespace": "inference"}, "spec": {}}, 0),
+        ({"metadata": {"name": "s", "namespace": "inference"}, "spec": "x"}, 0),
+    ],
+    ids=["selects it", "another namespace", "another app", "a label it lacks", "empty selector", "none", "bad"],
+)
+def test_a_service_names_the_http_port_only_of_pods_it_selects(service: dict[str, Any], port: int) -> None:
+    """A wrapper script with two unnamed ports: a Service port named http, targeting one of them by name,
+    says which serves HTTP, when it is in the pod's namespace and its selector selects the pod."""
+    ports = [{"name": "engine", "containerPort": 8000}, {"name": "kv", "containerPort": 5557}]
+    engine = container(command=["bash", "/start.sh"], ports=ports)
+    spec = service["spec"]
+    if isinstance(spec, dict):
+        spec["ports"] = [{"name": "http", "port": 80, "targetPort": "engine"}]
+    doc = {"apiVersion": "v1", "kind": "Service", **service}
+    out, log, _ = inject([workload("Deployment", pod_spec(engine)), doc], InjectConfig(container="vllm"), b"")
+    probed = out[0]["spec"]["template"]["spec"]["containers"][0]
+    if port:
+        assert f"http://127.0.0.1:{port}/metrics" in probed["livenessProbe"]["exec"]["command"]
+    else:
+        assert "livenessProbe" not in probed
+        assert "none of its containerPorts (8000, 5557) is named for HTTP" in log[0]
+
+
+def test_configmaps_are_read_from_the_workloads_namespace_only() -> None:
+    engine = container(args=["--port", "$(PORT)"], envFrom=[{"configMapRef": {"name": "cfg"}}])
+
+    def configmap(namespace: str | None, port: str) -> dict[str, Any]:
+        metadata: dict[str, Any] = {"name": "cfg"}
+        if namespace:
+            metadata["namespace"] = namespace
+        return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": {"PORT": port}}
+
+    for namespace, configmaps, port in [
+        ("inference", [configmap("other", "1"), configmap("inference", "8123")], 8123),
+        (None, [configmap("inference", "1"), configmap(None, "8124")], 8124),
+        ("inference", [configmap(None, "1")], 0),
+    ]:
+        docs = [workload("Deployment", pod_spec(copy.deepcopy(engine)), namespace=namespace), *configmaps]
+        out, log, _ = inject(docs, InjectConfig(), b"")
+        probed = out[0]["spec"]["template"]["spec"]["containers"][0]
+        if port:
+            assert f"http://127.0.0.1:{port}/metrics" in probed["livenessProbe"]["exec"]["command"]
+        else:
+            assert "PORT may come from its envFrom ConfigMap cfg, which is not in the input" in log[0]
 
 
 def test_container_flag_picks_one_by_name() -> None:
@@ -168,7 +271,7 @@ def test_container_flag_picks_one_by_name() -> None:
         container(name="engine", image="my/own:1", args=["--port", "8000"]),
         container(name="other", image="vllm/vllm-openai"),
     )
-    out, _, _ = inject([workload("Deployment", spec)], Options(pyz=b"", container="engine", engine="vllm"))
+    out, _, _ = inject([workload("Deployment", spec)], InjectConfig(container="engine", engine="vllm"), b"")
     containers = out[0]["spec"]["template"]["spec"]["containers"]
     assert "livenessProbe" in containers[0]
     assert "livenessProbe" not in containers[1]
@@ -180,27 +283,29 @@ CUSTOM = {"exec": {"command": ["/bin/check-engine"]}, "periodSeconds": 30}
 
 def test_a_plain_health_check_is_replaced_keeping_its_initial_delay() -> None:
     spec = pod_spec(container(livenessProbe=HEALTH, readinessProbe=HEALTH, startupProbe=HEALTH))
-    out, log, _ = inject([workload("Deployment", spec)], Options(pyz=b""))
+    out, log, _ = inject([workload("Deployment", spec)], InjectConfig(), b"")
     c = out[0]["spec"]["template"]["spec"]["containers"][0]
     assert c["livenessProbe"]["initialDelaySeconds"] == 600
     assert c["livenessProbe"]["timeoutSeconds"] == 6  # above --timeout 3 and the 1 s question whether it is paused
-    assert (c["readinessProbe"], c["startupProbe"]) == (HEALTH, HEALTH)  # never touched
+    assert c["startupProbe"] == HEALTH  # never touched
+    assert c["readinessProbe"]["exec"]["command"][-3:] == ["--ready", "--drain-after", "30"]  # a plain check too
     assert "replaced the liveness probe" in log[0]
+    assert "replaced the readiness probe: traffic stops about 35 s after the last progress" in log[0]
     assert "restarted about 140 s after its last progress" in log[0]
 
 
 def test_the_operators_own_liveness_probe_wins_unless_forced() -> None:
     doc = workload("Deployment", pod_spec(container(livenessProbe=CUSTOM)))
-    out, log, _ = inject([copy.deepcopy(doc)], Options(pyz=b""))
+    out, log, _ = inject([copy.deepcopy(doc)], InjectConfig(), b"")
     assert out == [doc]  # nothing injected, so no ConfigMap either
     assert "kept its own liveness probe" in log[0]
-    forced, _, _ = inject([copy.deepcopy(doc)], Options(pyz=b"", force=True))
+    forced, _, _ = inject([copy.deepcopy(doc)], InjectConfig(force=True), b"")
     assert PYZ_PATH in probe_of(forced[0])["exec"]["command"][4]
 
 
 def test_read_only_root_gets_an_emptydir_for_the_state() -> None:
     entry = container(securityContext={"readOnlyRootFilesystem": True})
-    out, _, _ = inject([workload("StatefulSet", pod_spec(entry))], Options(pyz=b""))
+    out, _, _ = inject([workload("StatefulSet", pod_spec(entry))], InjectConfig(), b"")
     spec = out[0]["spec"]["template"]["spec"]
     assert probe_of(out[0])["exec"]["command"][-2:] == ["--state-file", "/run/stallprobe/probe.state"]
     assert {"name": "stallprobe-state", "emptyDir": {"sizeLimit": "1Mi"}} in spec["volumes"]
@@ -209,9 +314,12 @@ def test_read_only_root_gets_an_emptydir_for_the_state() -> None:
 
 
 def test_timing_flags_reach_the_probe_and_the_report() -> None:
-    options = Options(pyz=b"", window=300, timeout=4.5, period=15, failure=5, engine="sglang")
-    entry = container(args=["--enable-metrics", "--port", "30000"])
-    out, log, _ = inject([workload("Deployment", pod_spec(entry))], options)
+    config = InjectConfig(window=300.0, timeout=4.5, period=15, failure_threshold=5, engine="sglang")
+    entry = container(
+        image="lmsysorg/sglang:v0.5",
+        command=["python3", "-m", "sglang.launch_server", "--enable-metrics", "--port", "30000"],
+    )
+    out, log, _ = inject([workload("Deployment", pod_spec(entry))], config, b"")
     probe = probe_of(out[0])
     assert probe["exec"]["command"][7:] == ["--window", "300", "--timeout", "4.5", "--engine", "sglang"]
     assert (probe["periodSeconds"], probe["timeoutSeconds"], probe["failureThreshold"]) == (15, 8, 5)
@@ -229,7 +337,7 @@ def test_one_configmap_per_namespace_last_and_other_documents_kept_in_order() ->
         workload("Pod", pod_spec(container()), "team-b"),
         workload("DaemonSet", pod_spec(container()), "team-a"),
     ]
-    out, _, _ = inject(docs, Options(pyz=b"zip bytes", configmap="probe-build"))
+    out, _, _ = inject(docs, InjectConfig(configmap="probe-build"), b"zip bytes")
     assert [d["kind"] for d in out] == ["Deployment", "Service", "Pod", "DaemonSet", "ConfigMap", "ConfigMap"]
     assert out[1] == service
     maps = out[4:]
@@ -351,6 +459,10 @@ spec:
 """
 
 
+# The ConfigMap of an empty build (--pyz /dev/null): named by its content, as every build's is.
+EMPTY = "stallprobe-e3b0c44298"
+
+
 def test_a_changed_document_keeps_every_line_inject_does_not_change() -> None:
     done = run_inject(HAND_WRITTEN, "--pyz", os.devnull)
     assert done.returncode == 0, done.stderr
@@ -373,7 +485,7 @@ def test_a_changed_document_keeps_every_line_inject_does_not_change() -> None:
     assert '                args: ["--port", "30000", \'--host\', "0.0.0.0", "--enable-metrics"]\n' in out
     assert "                -   {name: stallprobe, mountPath: /opt/stallprobe, readOnly: true}\n" in out
     assert (
-        "            -   {name: stallprobe, configMap: {name: stallprobe, defaultMode: 292}}\n# after everything\n"
+        f"            -   {{name: stallprobe, configMap: {{name: {EMPTY}, defaultMode: 292}}}}\n# after everything\n"
         in out
     )
     docs = list(yaml.safe_load_all(out))
@@ -426,8 +538,16 @@ def test_the_deploy_example_is_what_inject_makes_of_it() -> None:
     result = run_inject(before)
     assert result.returncode == 0, result.stderr
     made = list(yaml.safe_load_all(result.stdout))
-    assert made[:-1] == after
     assert made[-1]["kind"] == "ConfigMap"
+    # The example names the ConfigMap of the build it was made with; each build has its own name.
+    name = made[-1]["metadata"]["name"]
+    shown = after[0]["spec"]["template"]["spec"]["volumes"][0]["configMap"]
+    assert re.fullmatch(r"stallprobe-[0-9a-f]{10}", shown["name"])
+    shown["name"] = name
+    assert made[:-1] == after
+    # What docs/kubernetes.md says inject says of it.
+    said = (REPO / "docs" / "kubernetes.md").read_text().split("stallprobe inject: deployment/vllm-llama")[1]
+    assert result.stderr == "stallprobe inject: deployment/vllm-llama" + said.split("\n")[0] + "\n"
     for doc in made:
         validate(doc)
 
@@ -454,7 +574,7 @@ def test_the_injected_command_as_the_kubelet_runs_it(stub: StubEngine, tmp_path:
     command = [
         sys.executable if word == "python3" else word.replace(PYZ_PATH, str(pyz)) for word in probe["exec"]["command"]
     ]
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("STALLPROBE_")}, "TMPDIR": str(tmp_path)}
+    env = clean_env(TMPDIR=str(tmp_path))
 
     def kubelet() -> tuple[int, str]:
         done = subprocess.run(
@@ -504,3 +624,191 @@ def test_the_docs_give_the_input_limits_the_code_has() -> None:
     assert "expand past a million\nnodes" in readme
     assert "exits 6 when a run would change something" in readme
     assert ExitCode.CHANGES == 6
+
+
+# --- the build's ConfigMap, named by its content
+
+
+def names_of(docs: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
+    """(the ConfigMaps the build's volumes name, the ConfigMaps' names), in document order."""
+    volumes = [
+        volume["configMap"]["name"]
+        for doc in docs
+        for spec in pod_specs(doc)
+        for volume in spec.get("volumes", [])
+        if volume["name"] == "stallprobe"
+    ]
+    maps = [doc["metadata"]["name"] for doc in docs if doc["kind"] == "ConfigMap"]
+    return volumes, maps
+
+
+def test_a_new_build_is_a_new_configmap_and_rolls_the_workload() -> None:
+    """The pod template names the build's ConfigMap by its content: a new build changes the template (the
+    Deployment rolls), the probe's command stays as it was, and the old ConfigMap, which nothing mounts any
+    more, becomes the new one in its place."""
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "llm", "namespace": "inference"}}
+    first, _, _ = inject([workload("Deployment", pod_spec(container())), service], InjectConfig(), b"one")
+    one, two = ("stallprobe-" + hashlib.sha256(build).hexdigest()[:10] for build in (b"one", b"two"))
+    assert names_of(first) == ([one], [one])
+    command = copy.deepcopy(probe_of(first[0])["exec"]["command"])
+    second, log, changed = inject(copy.deepcopy(first), InjectConfig(), b"two")
+    assert [doc["kind"] for doc in second] == ["Deployment", "Service", "ConfigMap"]  # no second ConfigMap
+    assert names_of(second) == ([two], [two])
+    assert changed == {0, 2}
+    assert base64.b64decode(second[2]["binaryData"]["stallprobe.pyz"]) == b"two"
+    assert probe_of(second[0])["exec"]["command"] == command  # only the volume's configMap.name moved
+    assert log[-1] == (
+        f"configmap/{one} in namespace inference: replaced by configmap/{two}, the build the probes now mount "
+        "(pods still running the old one keep their copy until they are replaced)"
+    )
+    again, log, changed = inject(copy.deepcopy(second), InjectConfig(), b"two")
+    assert (again, changed) == (second, set())
+    assert "already injected, unchanged" in log[0]
+
+
+def test_the_fixed_name_of_earlier_versions_is_brought_to_the_new_one() -> None:
+    """What an earlier inject wrote, a volume naming the ConfigMap `stallprobe` and that ConfigMap, becomes
+    the new build's name; `--configmap stallprobe` keeps the fixed name."""
+    earlier, _, _ = inject([workload("Deployment", pod_spec(container()))], InjectConfig(configmap="stallprobe"), b"v1")
+    assert names_of(earlier) == (["stallprobe"], ["stallprobe"])
+    kept, _, changed = inject(copy.deepcopy(earlier), InjectConfig(configmap="stallprobe"), b"v1")
+    assert (kept, changed) == (earlier, set())
+    moved, _, _ = inject(copy.deepcopy(earlier), InjectConfig(), b"v2")
+    name = "stallprobe-" + hashlib.sha256(b"v2").hexdigest()[:10]
+    assert names_of(moved) == ([name], [name])
+    for doc in moved:
+        validate(doc)
+
+
+def test_an_old_configmap_a_workload_still_mounts_is_kept() -> None:
+    """Another workload of the namespace (here one --container leaves alone) still mounts the old build:
+    that ConfigMap stays, and the new one comes after it. Two builds live side by side."""
+    a = workload("Deployment", pod_spec(container(name="a")))
+    b = workload("StatefulSet", pod_spec(container(name="b")))
+    first, _, _ = inject([a, b], InjectConfig(), b"one")
+    one, two = ("stallprobe-" + hashlib.sha256(build).hexdigest()[:10] for build in (b"one", b"two"))
+    second, log, _ = inject(copy.deepcopy(first), InjectConfig(container="a"), b"two")
+    assert names_of(second) == ([two, one], [one, two])
+    assert not any(line.startswith("configmap/") for line in log)
+
+
+def test_the_same_run_on_json_and_a_list_replaces_the_old_build_in_place() -> None:
+    doc = workload("Pod", pod_spec(container()))
+    first = run_inject(json.dumps(doc), "--pyz", os.devnull, "--configmap", "stallprobe")
+    assert first.returncode == 0, first.stderr
+    second = run_inject(first.stdout, "--pyz", os.devnull)
+    assert second.returncode == 0, second.stderr
+    items = json.loads(second.stdout)["items"]
+    assert names_of(items) == ([EMPTY], [EMPTY])
+    assert [item["kind"] for item in items] == ["Pod", "ConfigMap"]
+    assert run_inject(second.stdout, "--pyz", os.devnull).stdout == second.stdout
+
+
+def test_in_yaml_the_old_build_is_rewritten_where_it_was() -> None:
+    """The ConfigMap an earlier version wrote keeps its place and its comment; the documents around it keep
+    their bytes."""
+    first = run_inject(MANIFEST, "--pyz", os.devnull, "--configmap", "stallprobe")
+    assert first.returncode == 0, first.stderr
+    earlier = first.stdout.replace("kind: ConfigMap\n", "kind: ConfigMap  # the probe's build\n")
+    second = run_inject(earlier + "---\nkind: Service\napiVersion: v1\nmetadata: {name: s}\n", "--pyz", os.devnull)
+    assert second.returncode == 0, second.stderr
+    docs = list(yaml.safe_load_all(second.stdout))
+    assert [d["kind"] for d in docs] == ["Deployment", "Pod", "ConfigMap", "Service"]
+    assert names_of(docs) == ([EMPTY, EMPTY], [EMPTY])
+    assert "kind: ConfigMap  # the probe's build\n" in second.stdout
+    assert second.stdout.endswith("---\nkind: Service\napiVersion: v1\nmetadata: {name: s}\n")
+    assert "configmap/stallprobe in namespace inference: replaced by configmap/" in second.stderr
+    assert run_inject(second.stdout, "--pyz", os.devnull).stdout == second.stdout
+
+
+# --- readiness by default, and report-only
+
+
+def test_no_ready_leaves_readiness_as_it_is() -> None:
+    spec = pod_spec(container(readinessProbe=HEALTH))
+    out, log, _ = inject([workload("Deployment", spec)], InjectConfig(no_ready=True), b"")
+    assert out[0]["spec"]["template"]["spec"]["containers"][0]["readinessProbe"] == HEALTH
+    assert "readiness" not in log[0]
+    bare, _, _ = inject([workload("Deployment", pod_spec(container()))], InjectConfig(no_ready=True), b"")
+    assert "readinessProbe" not in bare[0]["spec"]["template"]["spec"]["containers"][0]
+
+
+@pytest.mark.parametrize(
+    ("entry", "check"),
+    [
+        (container(args=["--port", "8000"]), {"httpGet": {"path": "/health", "port": 8000}}),
+        (
+            container(
+                image="lmsysorg/sglang:v0.5",
+                command=["python3", "-m", "sglang.launch_server", "--port", "30000", "--enable-metrics"],
+            ),
+            {"exec": {"command": ["python3", "-I", "-S", "-c", mock.ANY]}},
+        ),
+    ],
+    ids=["vllm", "sglang on loopback"],
+)
+def test_no_ready_takes_the_draining_away_from_a_readiness_probe_inject_wrote(
+    entry: dict[str, Any], check: dict[str, Any]
+) -> None:
+    """Backing out of readiness (the rollout's stage 2): the readiness probe inject wrote only asks the
+    engine's health route again (inside the container where it binds loopback, as the startup guard
+    does), so a stuck engine keeps its traffic; a second run changes nothing."""
+    drained, _, _ = inject([workload("Deployment", pod_spec(entry))], InjectConfig(), b"")
+    back, log, changed = inject(copy.deepcopy(drained), InjectConfig(no_ready=True), b"")
+    ready = back[0]["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]
+    assert ready == {**check, "periodSeconds": 5, "timeoutSeconds": 5, "successThreshold": 1, "failureThreshold": 3}
+    assert changed == {0}
+    assert log[0].endswith(
+        "made the readiness probe inject wrote a plain check of /health again (--no-ready: no draining)"
+    )
+    again, log, changed = inject(copy.deepcopy(back), InjectConfig(no_ready=True), b"")
+    assert (again, changed) == (back, set())
+    for doc in back:
+        validate(doc)
+
+
+def test_the_operators_own_readiness_probe_is_kept_unless_forced() -> None:
+    spec = pod_spec(container(readinessProbe=CUSTOM))
+    out, log, _ = inject([workload("Deployment", copy.deepcopy(spec))], InjectConfig(), b"")
+    assert out[0]["spec"]["template"]["spec"]["containers"][0]["readinessProbe"] == CUSTOM
+    assert "kept its own readiness probe (--force replaces it)" in log[0]
+    forced, _, _ = inject([workload("Deployment", spec)], InjectConfig(force=True), b"")
+    assert "--ready" in forced[0]["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["exec"]["command"]
+
+
+def test_no_ready_and_drain_after_together_are_a_usage_error() -> None:
+    done = run_inject(MANIFEST, "--pyz", os.devnull, "--no-ready", "--drain-after", "20")
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (
+        "stallprobe inject: --drain-after sets the readiness probe, which --no-ready leaves out: give one of them\n"
+    )
+
+
+def test_report_only_writes_the_probes_flag_into_liveness_alone() -> None:
+    """--report-only: the liveness probe judges and says, and restarts nothing. The readiness probe still
+    drains (the rollout's stage 2) and never carries the flag; with --no-ready nothing acts (stage 1)."""
+    spec = pod_spec(container(readinessProbe=HEALTH))
+    config = parse(["--report-only", "--drain-after", "20"], InjectConfig)
+    assert isinstance(config, InjectConfig)
+    out, log, _ = inject([workload("Deployment", copy.deepcopy(spec))], config, b"")
+    c = out[0]["spec"]["template"]["spec"]["containers"][0]
+    live, ready = c["livenessProbe"]["exec"]["command"], c["readinessProbe"]["exec"]["command"]
+    assert live[-3:] == ["--engine", "vllm", "--report-only"]
+    assert ready == [*live[:-1], "--ready", "--drain-after", "20"]
+    assert log[0].startswith(
+        "deployment/llm-deployment container vllm: added the liveness probe, report-only (vllm, port 8000 from "
+        "assumed: vllm's default, as its command sets no port): it says a wedged engine is stalled about 120 s "
+        "after its last progress (the window) and never fails: nothing is restarted; added a startupProbe"
+    )
+    assert log[0].endswith(
+        "replaced the readiness probe: traffic stops about 25 s after the last progress (drain-after 20 s + period 5 s)"
+    )
+    for doc in out:
+        validate(doc)
+    quiet = parse(["--report-only", "--no-ready"], InjectConfig)
+    assert isinstance(quiet, InjectConfig)
+    out, log, _ = inject([workload("Deployment", spec)], quiet, b"")
+    c = out[0]["spec"]["template"]["spec"]["containers"][0]
+    assert c["livenessProbe"]["exec"]["command"][-1] == "--report-only"
+    assert c["readinessProbe"] == HEALTH
+    assert "readiness" not in log[0]

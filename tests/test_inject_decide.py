@@ -1,5 +1,6 @@
 """inject's decision per container, as a table: one container, its pod's role, the options, and what must
-be decided (action, port, where the port came from, what is turned on, the startup guard)."""
+be decided (action, port, where the port came from, what is turned on, the startup guard). The port has
+a table of its own (ROWS): one row per place a port is read from, one per way a manifest leaves it open."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from typing import Any
 import pytest
 
 from stallprobe.engines import DIALECTS, VLLM
-from stallprobe.inject.decide import Choice, Decision, decide, engine_of
-from stallprobe.inject.shell import command_lines, env_values, flag_value, has_flag, k8s_expand, shell_words
+from stallprobe.inject.decide import Choice, Context, Decision, decide, engine_of
+from stallprobe.inject.shell import Env, command_lines, environment, flag_value, has_flag, k8s_expand, shell_words
 from stallprobe.serving import SERVING, VllmServing
 
 HEALTH = {"httpGet": {"path": "/health", "port": 8000}}
@@ -28,10 +29,6 @@ def sh(script: str, **fields: Any) -> dict[str, Any]:
 
 SG = "lmsysorg/sglang:v0.5"
 LL = "ghcr.io/ggml-org/llama.cpp:server"
-UNKNOWN_PORT = (
-    "its port is unknown: no port flag, no containerPort, and its command is not the "
-    "engine's server (--container NAME with a --port, or a containerPort, says which)"
-)
 SGLANG_SCRIPT = (
     "sglang publishes no metrics without --enable-metrics, and its command is a script inject does not edit "
     "(add --enable-metrics to it)"
@@ -67,29 +64,25 @@ SCENARIOS: list[tuple[str, dict[str, Any], str, dict[str, Any], dict[str, Any]]]
     ),
     ("not the named one", c(), "pod", {"container": "other"}, {"action": "ignore"}),
     (
-        "named, unknown engine, containerPort",
-        c(image="me/own:1", ports=[{"containerPort": 7000}]),
+        "the engine --engine names, in the container --container names",
+        c(image="me/own:1", args=["--port", "7002"]),
         "pod",
-        {"container": "engine"},
-        {
-            "action": "probe",
-            "engine": None,
-            "port": 7000,
-            "port_from": "its containerPort",
-            "enable": ("", ""),
-            "loopback": False,
-            "liveness": "added",
-        },
+        {"container": "engine", "engine": "vllm"},
+        {"action": "probe", "engine": "vllm", "port": 7002},
     ),
     (
-        "named, unknown engine, no port",
-        c(image="me/own:1"),
+        "a named wrapper's --enable-metrics is read",
+        c(image=SG, command=["/start.sh", "--port", "30000", "--enable-metrics"]),
         "pod",
         {"container": "engine"},
-        {
-            "action": "skip",
-            "why": UNKNOWN_PORT,
-        },
+        {"action": "probe", "engine": "sglang", "port": 30000, "enable": ("", "")},
+    ),
+    (
+        "--engine does not make a sidecar an engine",
+        c(image="envoyproxy/envoy:v1"),
+        "pod",
+        {"engine": "vllm"},
+        {"action": "ignore"},
     ),
     (
         "lws worker",
@@ -129,65 +122,6 @@ SCENARIOS: list[tuple[str, dict[str, Any], str, dict[str, Any], dict[str, Any]]]
             "liveness": "added",
             "readiness": "",
         },
-    ),
-    (
-        "vllm serve --port=9001",
-        c(image="me/img:1", command=["vllm", "serve", "m", "--port=9001"]),
-        "pod",
-        {},
-        {"action": "probe", "port": 9001, "port_from": "--port in its command", "loopback": False},
-    ),
-    (
-        "port in a bash -c string",
-        sh('echo hi; exec python3 -m vllm.entrypoints.openai.api_server --port 8080 --model "m x"'),
-        "pod",
-        {},
-        {"action": "probe", "port": 8080},
-    ),
-    (
-        "port from $(PORT) in the env",
-        c(args=["--port", "$(PORT)"], env=[{"name": "PORT", "value": "8123"}]),
-        "pod",
-        {},
-        {"action": "probe", "port": 8123},
-    ),
-    (
-        "port from $PORT in a script",
-        sh("vllm serve m --port ${PORT}", env=[{"name": "PORT", "value": "8124"}]),
-        "pod",
-        {},
-        {"action": "probe", "port": 8124},
-    ),
-    (
-        "port from an unset variable",
-        c(args=["--port", "$(PORT)"]),
-        "pod",
-        {},
-        {"action": "skip", "why": "its port is $(PORT), which the manifest does not resolve"},
-    ),
-    (
-        "port from a default in a script",
-        sh("vllm serve m --port ${PORT:-8125}"),
-        "pod",
-        {},
-        {"action": "probe", "port": 8125},
-    ),
-    (
-        "llama.cpp port from LLAMA_ARG_PORT, metrics from its variable",
-        c(
-            image=LL,
-            env=[{"name": "LLAMA_ARG_PORT", "value": "80"}, {"name": "LLAMA_ARG_ENDPOINT_METRICS", "value": "1"}],
-        ),
-        "pod",
-        {},
-        {"action": "probe", "engine": "llamacpp", "port": 80, "port_from": "LLAMA_ARG_PORT", "enable": ("", "")},
-    ),
-    (
-        "llama.cpp bad LLAMA_ARG_PORT",
-        c(image=LL, env=[{"name": "LLAMA_ARG_PORT", "value": "http"}]),
-        "pod",
-        {},
-        {"action": "skip", "why": "its LLAMA_ARG_PORT is 'http', not a port"},
     ),
     (
         "llama.cpp without metrics: its variable turns them on; loopback",
@@ -416,30 +350,6 @@ SCENARIOS: list[tuple[str, dict[str, Any], str, dict[str, Any], dict[str, Any]]]
         {"action": "probe", "engine": None, "port": 8000},
     ),
     (
-        "custom image, no server command, no port",
-        c(image="me/vllm-tools:1", command=["python3", "tool.py"]),
-        "pod",
-        {},
-        {
-            "action": "skip",
-            "why": UNKNOWN_PORT,
-        },
-    ),
-    (
-        "containerPort named http wins",
-        c(image="me/vllm:1", ports=[{"name": "grpc", "containerPort": 9}, {"name": "http", "containerPort": 8888}]),
-        "pod",
-        {},
-        {"action": "probe", "port": 8888},
-    ),
-    (
-        "containerPort not a number",
-        c(image="me/vllm:1", ports=[{"containerPort": "x"}]),
-        "pod",
-        {},
-        {"action": "skip", "why": "its containerPort is 'x', not a port"},
-    ),
-    (
         "plain health check replaced",
         c(livenessProbe=HEALTH),
         "pod",
@@ -454,90 +364,11 @@ SCENARIOS: list[tuple[str, dict[str, Any], str, dict[str, Any], dict[str, Any]]]
         {"action": "probe", "engine": None, "port": 7001, "port_from": "--port in its command", "loopback": False},
     ),
     (
-        "the engine named by --engine",
-        c(image="me/own:1", args=["--port", "7002"]),
-        "pod",
-        {"engine": "vllm"},
-        {"action": "probe", "engine": "vllm", "port": 7002},
-    ),
-    (
         "the engine named by its args alone",
         c(image="me/img:1", args=["llama-server", "--port", "8082", "--metrics"]),
         "pod",
         {},
         {"action": "probe", "engine": "llamacpp", "port": 8082, "port_from": "--port in its command"},
-    ),
-    (
-        "vllm serve in its own image: default port assumed",
-        c(image="me/img:1", command=["vllm", "serve", "m"]),
-        "pod",
-        {},
-        {"action": "probe", "port": 8000, "port_from": "assumed: vllm's default, as its command sets no port"},
-    ),
-    (
-        "vllm serve past the third word is not the server",
-        c(image="me/img:1", command=["nice", "-n5", "vllm", "serve", "m"]),
-        "pod",
-        {},
-        {"action": "skip", "why": UNKNOWN_PORT},
-    ),
-    (
-        "a command in the entrypoint image that is not the server",
-        c(command=["python3", "tool.py"]),
-        "pod",
-        {},
-        {"action": "skip", "why": UNKNOWN_PORT},
-    ),
-    (
-        "the server's port, not the one of the command beside it",
-        sh("vllm serve m --port 8001 & proxy --port 9000"),
-        "pod",
-        {},
-        {"action": "probe", "port": 8001},
-    ),
-    ("port 1", c(args=["--port", "1"]), "pod", {}, {"action": "probe", "port": 1}),
-    ("port 65535", c(args=["--port", "65535"]), "pod", {}, {"action": "probe", "port": 65535}),
-    (
-        "port 0",
-        c(args=["--port", "0"]),
-        "pod",
-        {},
-        {"action": "skip", "why": "its port is 0, which the manifest does not resolve"},
-    ),
-    (
-        "port 65536",
-        c(args=["--port", "65536"]),
-        "pod",
-        {},
-        {"action": "skip", "why": "its port is 65536, which the manifest does not resolve"},
-    ),
-    (
-        "port past what int() converts",
-        c(args=["--port", "9" * 5000]),
-        "pod",
-        {},
-        {"action": "skip", "why": f"its port is {'9' * 5000}, which the manifest does not resolve", "port": 0},
-    ),
-    (
-        "port in digits other than ASCII's",
-        c(args=["--port", "\u0668\u0660\u0660\u0660"]),
-        "pod",
-        {},
-        {"action": "skip", "why": "its port is \u0668\u0660\u0660\u0660, which the manifest does not resolve"},
-    ),
-    (
-        "containerPort past what int() converts",
-        c(image="me/vllm:1", ports=[{"containerPort": "9" * 5000}]),
-        "pod",
-        {},
-        {"action": "skip", "why": f"its containerPort is {'9' * 5000!r}, not a port", "port": 0},
-    ),
-    (
-        "containerPort entry without a port",
-        c(image="me/vllm:1", ports=[{"name": "http"}]),
-        "pod",
-        {},
-        {"action": "skip", "why": UNKNOWN_PORT},
     ),
     (
         "llama.cpp on localhost",
@@ -658,6 +489,665 @@ def test_decision(
         assert getattr(decision, field) == value, (field, decision)
 
 
+# The port: one row per place a port is read from, and one per way the manifest leaves it open.
+def settle(why: str, name: str = "engine") -> str:
+    return f"{why} (--container {name} --port N settles it)"
+
+
+def cm(name: str, **fields: Any) -> dict[str, Any]:
+    return {"configMapRef": {"name": name, **fields}}
+
+
+def key_ref(kind: str, name: str, key: str = "port", **fields: Any) -> dict[str, Any]:
+    return {"valueFrom": {kind: {"name": name, "key": key, **fields}}}
+
+
+def ports(*pairs: tuple[str | None, Any]) -> list[dict[str, Any]]:
+    return [
+        {"containerPort": port} if label is None else {"name": label, "containerPort": port} for label, port in pairs
+    ]
+
+
+FLAG = "--port in its command"
+DEFAULT = "assumed: vllm's default, as its command sets no port"
+GIVEN = "--port given to inject"
+SERVE: dict[str, Any] = {"image": "me/img:1", "command": ["vllm", "serve", "m"]}  # vLLM's server, no port flag
+WRAPPER: dict[str, Any] = {"command": ["bash", "start.sh"]}  # a script the manifest does not show
+NAMED: dict[str, Any] = {"container": "engine"}  # --container engine
+PORT_ARG: dict[str, Any] = {"args": ["--port", "$(PORT)"]}
+SECRET: dict[str, Any] = {"secretRef": {"name": "s"}}
+HIDDEN_SECRET = "its envFrom Secret s, which inject does not read"
+NOT_PROVEN = "its port is not proven: it runs bash start.sh, not vllm's server"
+# (name, container, choice, context, expected): choice and context hold Choice's and Context's keywords
+# (built in the test, where mutmut sees them); expected is (port, where from) for a probe, else the skip's why.
+ROWS: list[tuple[str, dict[str, Any], dict[str, Any], dict[str, Any], tuple[int, str] | str]] = [
+    # The engine's port flag, on its server's command line.
+    ("flag in args to the image's server", c(args=["--port", "9001"]), {}, {}, (9001, FLAG)),
+    ("flag=value on vllm serve", c(**SERVE, args=["--port=9002"]), {}, {}, (9002, FLAG)),
+    (
+        "flag in a bash -c script",
+        sh('echo hi; exec python3 -m vllm.entrypoints.openai.api_server --port 8080 --model "m x"'),
+        {},
+        {},
+        (8080, FLAG),
+    ),
+    ("the last flag wins", c(args=["--port", "1", "--port", "9003"]), {}, {}, (9003, FLAG)),
+    (
+        "the last server's flag",
+        sh("vllm serve m --port 1 || vllm serve m --port 8003"),
+        {},
+        {},
+        (8003, FLAG),
+    ),
+    (
+        "the server's flag, not a proxy's beside it",
+        sh("vllm serve m --port 8001 & proxy --port 9000"),
+        {},
+        {},
+        (8001, FLAG),
+    ),
+    ("a proxy's flag beside a server without one", sh("proxy --port 9000 & vllm serve m"), {}, {}, (8000, DEFAULT)),
+    ("port 1", c(args=["--port", "1"]), {}, {}, (1, FLAG)),
+    ("port 65535", c(args=["--port", "65535"]), {}, {}, (65535, FLAG)),
+    ("port 0", c(args=["--port", "0"]), {}, {}, settle("its port is 0: not a port (1-65535)")),
+    ("port 65536", c(args=["--port", "65536"]), {}, {}, settle("its port is 65536: not a port (1-65535)")),
+    (
+        "port past what int() converts",
+        c(args=["--port", "9" * 5000]),
+        {},
+        {},
+        settle(f"its port is {'9' * 5000}: not a port (1-65535)"),
+    ),
+    (
+        "port in digits other than ASCII's",
+        c(args=["--port", "\u0668\u0660\u0660\u0660"]),
+        {},
+        {},
+        settle("its port is \u0668\u0660\u0660\u0660: not a port (1-65535)"),
+    ),
+    # ... with $(VAR) and $VAR resolved from env, and from ConfigMaps the input holds.
+    ("$(PORT) from env", c(**PORT_ARG, env=[{"name": "PORT", "value": "8123"}]), {}, {}, (8123, FLAG)),
+    (
+        "$PORT from env in a script",
+        sh("vllm serve m --port ${PORT}", env=[{"name": "PORT", "value": "8124"}]),
+        {},
+        {},
+        (8124, FLAG),
+    ),
+    ("${PORT:-8125}: the default, PORT surely unset", sh("vllm serve m --port ${PORT:-8125}"), {}, {}, (8125, FLAG)),
+    (
+        "$(PORT) from envFrom a ConfigMap in the input",
+        c(**PORT_ARG, envFrom=["x", cm("cfg")]),
+        {},
+        {"configmaps": {"cfg": {"PORT": "8200"}}},
+        (8200, FLAG),
+    ),
+    (
+        "$(PORT) from envFrom with a prefix",
+        c(args=["--port", "$(VLLM_PORT)"], envFrom=[{"prefix": "VLLM_", **cm("cfg")}]),
+        {},
+        {"configmaps": {"cfg": {"PORT": "8201"}}},
+        (8201, FLAG),
+    ),
+    (
+        "a prefixed key is not its bare name",
+        c(**PORT_ARG, envFrom=[{"prefix": "VLLM_", **cm("cfg")}]),
+        {},
+        {"configmaps": {"cfg": {"PORT": "8201"}}},
+        settle("its port is $(PORT): PORT is set nowhere in the manifest"),
+    ),
+    (
+        "$(PORT) from configMapKeyRef in the input",
+        c(**PORT_ARG, env=[{"name": "PORT", **key_ref("configMapKeyRef", "cfg")}]),
+        {},
+        {"configmaps": {"cfg": {"port": "8202"}}},
+        (8202, FLAG),
+    ),
+    (
+        "env given twice: the last wins",
+        c(**PORT_ARG, env=["x", {"name": "PORT", "value": "1"}, {"value": "2"}, {"name": "PORT", "value": "8203"}]),
+        {},
+        {},
+        (8203, FLAG),
+    ),
+    (
+        "env wins over envFrom",
+        c(**PORT_ARG, envFrom=[cm("cfg")], env=[{"name": "PORT", "value": "8204"}]),
+        {},
+        {"configmaps": {"cfg": {"PORT": "1"}}},
+        (8204, FLAG),
+    ),
+    (
+        "a later envFrom wins",
+        c(**PORT_ARG, envFrom=[cm("a"), cm("b")]),
+        {},
+        {"configmaps": {"a": {"PORT": "1"}, "b": {"PORT": "8205"}}},
+        (8205, FLAG),
+    ),
+    (
+        "env after an unread envFrom is known",
+        c(**PORT_ARG, envFrom=[SECRET], env=[{"name": "PORT", "value": "8206"}]),
+        {},
+        {},
+        (8206, FLAG),
+    ),
+    (
+        "an env value from an envFrom variable",
+        c(**PORT_ARG, envFrom=[cm("cfg")], env=[{"name": "PORT", "value": "$(BASE)"}]),
+        {},
+        {"configmaps": {"cfg": {"BASE": "8207"}}},
+        (8207, FLAG),
+    ),
+    (
+        "Helm: a number in a ConfigMap's data",
+        c(**PORT_ARG, envFrom=[cm("cfg")]),
+        {},
+        {"configmaps": {"cfg": {"PORT": 8208}}},
+        (8208, FLAG),
+    ),
+    # ... or left open: skipped, saying why.
+    ("$(PORT) set nowhere", c(**PORT_ARG), {}, {}, settle("its port is $(PORT): PORT is set nowhere in the manifest")),
+    (
+        "configMapKeyRef to a ConfigMap not in the input",
+        c(**PORT_ARG, env=[{"name": "PORT", **key_ref("configMapKeyRef", "cfg")}]),
+        {},
+        {},
+        settle("its port is $(PORT): PORT is key port of ConfigMap cfg, which is not in the input"),
+    ),
+    (
+        "configMapKeyRef to a missing key",
+        c(**PORT_ARG, env=[{"name": "PORT", **key_ref("configMapKeyRef", "cfg")}]),
+        {},
+        {"configmaps": {"cfg": {}}},
+        settle("its port is $(PORT): PORT is key port of ConfigMap cfg, which has no such key"),
+    ),
+    (
+        "configMapKeyRef to a missing optional key: unset",
+        c(**PORT_ARG, env=[{"name": "PORT", **key_ref("configMapKeyRef", "cfg", optional=True)}]),
+        {},
+        {"configmaps": {"cfg": {}}},
+        settle("its port is $(PORT): PORT is set nowhere in the manifest"),
+    ),
+    (
+        "secretKeyRef",
+        c(**PORT_ARG, env=[{"name": "PORT", **key_ref("secretKeyRef", "s")}]),
+        {},
+        {},
+        settle("its port is $(PORT): PORT is from Secret s, which inject does not read"),
+    ),
+    (
+        "a secret after a literal: the last wins",
+        c(**PORT_ARG, env=[{"name": "PORT", "value": "8000"}, {"name": "PORT", **key_ref("secretKeyRef", "s")}]),
+        {},
+        {},
+        settle("its port is $(PORT): PORT is from Secret s, which inject does not read"),
+    ),
+    (
+        "fieldRef",
+        c(**PORT_ARG, env=[{"name": "PORT", "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['port']"}}}]),
+        {},
+        {},
+        settle("its port is $(PORT): PORT is from its fieldRef, which the manifest does not show"),
+    ),
+    (
+        "an empty valueFrom",
+        c(**PORT_ARG, env=[{"name": "PORT", "valueFrom": {}}]),
+        {},
+        {},
+        settle("its port is $(PORT): PORT is from its valueFrom, which the manifest does not show"),
+    ),
+    (
+        "$PORT set nowhere, in a script",
+        sh("vllm serve m --port $PORT"),
+        {},
+        {},
+        settle("its port is $PORT: PORT is set nowhere in the manifest"),
+    ),
+    (
+        "${PORT:-8000} where PORT is from a Secret",
+        sh("vllm serve m --port ${PORT:-8000}", env=[{"name": "PORT", **key_ref("secretKeyRef", "s")}]),
+        {},
+        {},
+        settle("its port is ${PORT:-8000}: PORT is from Secret s, which inject does not read"),
+    ),
+    (
+        "envFrom a ConfigMap not in the input",
+        c(**PORT_ARG, envFrom=[cm("other")]),
+        {},
+        {"configmaps": {"cfg": {"PORT": "1"}}},
+        settle("its port is $(PORT): PORT may come from its envFrom ConfigMap other, which is not in the input"),
+    ),
+    (
+        "envFrom an optional ConfigMap not in the input",
+        c(**PORT_ARG, envFrom=[cm("other", optional=True)]),
+        {},
+        {},
+        settle("its port is $(PORT): PORT may come from its envFrom ConfigMap other, which is not in the input"),
+    ),
+    (
+        "envFrom a Secret",
+        c(**PORT_ARG, envFrom=[SECRET]),
+        {},
+        {},
+        settle(f"its port is $(PORT): PORT may come from {HIDDEN_SECRET}"),
+    ),
+    (
+        "a known value an unread envFrom may overwrite",
+        c(**PORT_ARG, envFrom=[cm("cfg"), SECRET]),
+        {},
+        {"configmaps": {"cfg": {"PORT": "8000"}}},
+        settle(f"its port is $(PORT): PORT is perhaps overwritten by {HIDDEN_SECRET}"),
+    ),
+    (
+        "an env value from an unknown variable",
+        c(**PORT_ARG, env=[{"name": "B", **key_ref("secretKeyRef", "s")}, {"name": "PORT", "value": "$(B)"}]),
+        {},
+        {},
+        settle("its port is $(B): B is from Secret s, which inject does not read"),
+    ),
+    (
+        "${PORT:-8000} where an unread envFrom may set PORT",
+        sh("vllm serve m --port ${PORT:-8000}", envFrom=[SECRET]),
+        {},
+        {},
+        settle(f"its port is ${{PORT:-8000}}: PORT may come from {HIDDEN_SECRET}"),
+    ),
+    # The engine's own port variable.
+    ("LLAMA_ARG_PORT", c(image=LL, env=[{"name": "LLAMA_ARG_PORT", "value": "80"}]), {}, {}, (80, "LLAMA_ARG_PORT")),
+    (
+        "LLAMA_ARG_PORT from envFrom",
+        c(image=LL, envFrom=[cm("cfg")]),
+        {},
+        {"configmaps": {"cfg": {"LLAMA_ARG_PORT": "81"}}},
+        (81, "LLAMA_ARG_PORT"),
+    ),
+    (
+        "a flag wins over LLAMA_ARG_PORT",
+        c(image=LL, args=["--port", "82"], env=[{"name": "LLAMA_ARG_PORT", "value": "80"}]),
+        {},
+        {},
+        (82, FLAG),
+    ),
+    (
+        "LLAMA_ARG_PORT from a Secret, then given",
+        c(
+            image=LL,
+            env=[{"name": "LLAMA_ARG_PORT", **key_ref("secretKeyRef", "s")}, {"name": "LLAMA_ARG_PORT", "value": "83"}],
+        ),
+        {},
+        {},
+        (83, "LLAMA_ARG_PORT"),
+    ),
+    (
+        "LLAMA_ARG_PORT perhaps overwritten, then set again by a ConfigMap",
+        c(image=LL, envFrom=[cm("a"), SECRET, cm("b")]),
+        {},
+        {"configmaps": {"a": {"LLAMA_ARG_PORT": "1"}, "b": {"LLAMA_ARG_PORT": "84"}}},
+        (84, "LLAMA_ARG_PORT"),
+    ),
+    (
+        "LLAMA_ARG_PORT not a port",
+        c(image=LL, env=[{"name": "LLAMA_ARG_PORT", "value": "http"}]),
+        {},
+        {},
+        settle("its LLAMA_ARG_PORT is 'http', not a port"),
+    ),
+    (
+        "LLAMA_ARG_PORT from a Secret",
+        c(image=LL, env=[{"name": "LLAMA_ARG_PORT", **key_ref("secretKeyRef", "s")}], ports=ports((None, 8080))),
+        {},
+        {},
+        settle("its port is not known: LLAMA_ARG_PORT is from Secret s, which inject does not read"),
+    ),
+    (
+        "LLAMA_ARG_PORT perhaps from an unread envFrom, no containerPort",
+        c(image=LL, envFrom=[SECRET]),
+        {},
+        {},
+        settle(f"its port is not known: LLAMA_ARG_PORT may come from {HIDDEN_SECRET}"),
+    ),
+    (
+        "LLAMA_ARG_PORT perhaps from an unread envFrom: its containerPort",
+        c(image=LL, envFrom=[SECRET], ports=ports((None, 9000))),
+        {},
+        {},
+        (9000, "its containerPort"),
+    ),
+    (
+        "llama.cpp's image ENV may set its port: its containerPort",
+        c(image="me/llm:1", command=["llama-server", "--metrics"], ports=ports((None, 7000))),
+        {},
+        {},
+        (7000, "its containerPort"),
+    ),
+    # The engine's plain server with no port flag: its default, which its containerPorts must not contradict.
+    ("default, no containerPort", c(args=["--model", "m"]), {}, {}, (8000, DEFAULT)),
+    ("default, vllm serve in its own image", c(**SERVE), {}, {}, (8000, DEFAULT)),
+    (
+        "default, sglang",
+        c(image=SG, command=["python3", "-m", "sglang.launch_server", "--enable-metrics"]),
+        {},
+        {},
+        (30000, "assumed: sglang's default, as its command sets no port"),
+    ),
+    (
+        "default, the one containerPort says it",
+        c(**SERVE, ports=ports(("modelserver", 8000))),
+        {},
+        {},
+        (8000, "its containerPort"),
+    ),
+    ("default among several ports", c(**SERVE, ports=ports((None, 5557), (None, 8000))), {}, {}, (8000, DEFAULT)),
+    (
+        "a UDP port is not HTTP",
+        c(**SERVE, ports=[{"containerPort": 8000}, {"containerPort": 9, "protocol": "UDP"}]),
+        {},
+        {},
+        (8000, "its containerPort"),
+    ),
+    (
+        "the one containerPort contradicts the default",
+        c(**SERVE, ports=ports((None, 8080))),
+        {},
+        {},
+        settle("its command sets no port, so vllm serves on its default 8000, but its containerPort is 8080"),
+    ),
+    (
+        "the port named http contradicts the default",
+        c(ports=ports(("grpc", 9), ("http", 8888))),
+        {},
+        {},
+        settle("its command sets no port, so vllm serves on its default 8000, but its containerPort http is 8888"),
+    ),
+    (
+        "several ports, none the default",
+        c(**SERVE, ports=ports((None, 8080), (None, 5557))),
+        {},
+        {},
+        settle("its command sets no port, so vllm serves on its default 8000, but its containerPorts are 8080, 5557"),
+    ),
+    # A script or image the manifest does not show: the port is not proven, whatever it declares.
+    (
+        "a wrapper script with three ports",
+        c(**WRAPPER, ports=ports((None, 6379), (None, 8265), (None, 8000))),
+        {},
+        {},
+        settle(NOT_PROVEN),
+    ),
+    ("a wrapper script with one port", c(**WRAPPER, ports=ports(("http", 8000))), {}, {}, settle(NOT_PROVEN)),
+    (
+        "a wrapper script with its arguments, by its shell's path",
+        c(command=["/bin/bash", "start.sh", "--model", "m"]),
+        {},
+        {},
+        settle("its port is not proven: it runs /bin/bash start.sh, not vllm's server"),
+    ),
+    (
+        "a container without a name",
+        {"image": "me/vllm:1"},
+        {},
+        {},
+        "its port is not proven: its image me/vllm:1 runs an entrypoint the manifest does not show "
+        "(--container NAME --port N settles it)",
+    ),
+    (
+        "a wrapper's own --port",
+        c(command=["/entrypoint.sh", "--port", "8000"]),
+        {},
+        {},
+        settle("its port is not proven: it runs /entrypoint.sh, not vllm's server"),
+    ),
+    (
+        "a custom image, no command",
+        c(image="me/vllm:1", ports=ports((None, 8000))),
+        {},
+        {},
+        settle("its port is not proven: its image me/vllm:1 runs an entrypoint the manifest does not show"),
+    ),
+    (
+        "a custom image, args only",
+        c(image="me/vllm:1", args=["--model", "m"]),
+        {},
+        {},
+        settle("its port is not proven: its image me/vllm:1 runs an entrypoint the manifest does not show"),
+    ),
+    (
+        "vllm serve past the third word is not the server",
+        c(image="me/img:1", command=["nice", "-n5", "vllm", "serve", "m"]),
+        {},
+        {},
+        settle("its port is not proven: it runs nice, not vllm's server"),
+    ),
+    (
+        "a command in the entrypoint image that is not the server",
+        c(command=["python3", "tool.py"]),
+        {},
+        {},
+        settle("its port is not proven: it runs python3, not vllm's server"),
+    ),
+    # ... unless --container names it: then its flag, the one containerPort, or the one named for HTTP.
+    ("named: a wrapper's --port", c(command=["/entrypoint.sh", "--port", "8000"]), NAMED, {}, (8000, FLAG)),
+    ("named: its one containerPort", c(**WRAPPER, ports=ports((None, 7000))), NAMED, {}, (7000, "its containerPort")),
+    (
+        "named: an unknown engine's one containerPort",
+        c(image="me/own:1", ports=ports((None, 7001))),
+        NAMED,
+        {},
+        (7001, "its containerPort"),
+    ),
+    ("named: an unknown engine's --port", c(image="me/own:1", args=["--port", "7002"]), NAMED, {}, (7002, FLAG)),
+    (
+        "named, with --engine",
+        c(image="me/own:1", args=["--port", "7003"]),
+        {**NAMED, "engine": "vllm"},
+        {},
+        (7003, FLAG),
+    ),
+    (
+        "named: the one named http",
+        c(**WRAPPER, ports=ports(("grpc", 9), ("http", 8888))),
+        NAMED,
+        {},
+        (8888, "its containerPort http"),
+    ),
+    (
+        "named: http-*",
+        c(**WRAPPER, ports=ports(("grpc", 9), ("http-api", 8889))),
+        NAMED,
+        {},
+        (8889, "its containerPort http-api"),
+    ),
+    (
+        "named: *-http",
+        c(**WRAPPER, ports=ports(("grpc", 9), ("vllm-http", 8890))),
+        NAMED,
+        {},
+        (8890, "its containerPort vllm-http"),
+    ),
+    (
+        "named: api",
+        c(**WRAPPER, ports=ports(("grpc", 9), ("api", 8891))),
+        NAMED,
+        {},
+        (8891, "its containerPort api"),
+    ),
+    (
+        "named: openai",
+        c(**WRAPPER, ports=ports(("grpc", 9), ("openai", 8892))),
+        NAMED,
+        {},
+        (8892, "its containerPort openai"),
+    ),
+    (
+        "named: http and metrics: http's",
+        c(**WRAPPER, ports=ports(("metrics", 9090), ("http", 8000))),
+        NAMED,
+        {},
+        (8000, "its containerPort http"),
+    ),
+    (
+        "named: http and http-alt on one port",
+        c(**WRAPPER, ports=ports(("http", 8000), ("http-alt", 8000), ("x", 1))),
+        NAMED,
+        {},
+        (8000, "its containerPort http"),
+    ),
+    (
+        "named: Helm's quoted containerPort",
+        c(**WRAPPER, ports=ports(("grpc", "9"), ("http", "8000"))),
+        NAMED,
+        {},
+        (8000, "its containerPort http"),
+    ),
+    (
+        "named: a Service's http port targets it by name",
+        c(**WRAPPER, ports=ports(("vllm", 8000), ("kv", 5557))),
+        NAMED,
+        {"service_ports": [{"name": "http", "port": 80, "targetPort": "vllm"}]},
+        (8000, "its containerPort vllm"),
+    ),
+    (
+        "named: a Service's http port targets it by number",
+        c(**WRAPPER, ports=ports((None, 8000), (None, 5557))),
+        NAMED,
+        {"service_ports": [{"name": "http", "port": 80, "targetPort": 8000}]},
+        (8000, "its containerPort 8000"),
+    ),
+    (
+        "named: a Service's appProtocol http",
+        c(**WRAPPER, ports=ports(("vllm", 8000), ("kv", 5557))),
+        NAMED,
+        {"service_ports": [{"name": "web", "appProtocol": "http", "targetPort": "vllm"}]},
+        (8000, "its containerPort vllm"),
+    ),
+    (
+        "named: a Service's targetPort is its port when unset",
+        c(**WRAPPER, ports=ports(("a", 8000), ("b", 5557))),
+        NAMED,
+        {"service_ports": [{"name": "http", "port": 8000}]},
+        (8000, "its containerPort a"),
+    ),
+    # ... or open: skipped.
+    (
+        "named: several ports, none named for HTTP",
+        c(**WRAPPER, ports=ports(("grpc", 9000), ("metrics", 8000))),
+        NAMED,
+        {},
+        settle("its port is unknown: no port flag, and none of its containerPorts (9000, 8000) is named for HTTP"),
+    ),
+    (
+        "named: https and h2 are not plain HTTP",
+        c(**WRAPPER, ports=ports(("https", 8443), ("http2", 8000))),
+        NAMED,
+        {},
+        settle("its port is unknown: no port flag, and none of its containerPorts (8443, 8000) is named for HTTP"),
+    ),
+    (
+        "named: ports named for HTTP disagree",
+        c(**WRAPPER, ports=ports(("http", 8000), ("api", 9000))),
+        NAMED,
+        {},
+        settle("its port is unknown: no port flag, and its containerPorts named for HTTP disagree (8000, 9000)"),
+    ),
+    (
+        "named: a Service's port not named for HTTP",
+        c(**WRAPPER, ports=ports(("vllm", 8000), ("kv", 5557))),
+        NAMED,
+        {"service_ports": [{"name": "kv", "targetPort": "kv"}, "x"]},
+        settle("its port is unknown: no port flag, and none of its containerPorts (8000, 5557) is named for HTTP"),
+    ),
+    (
+        "named: a sidecar's port the Service targets is not its own",
+        c(**WRAPPER, ports=ports(("vllm", 8000), ("kv", 5557))),
+        NAMED,
+        {"service_ports": [{"name": "https", "targetPort": 8443}, {"name": "http", "targetPort": 8080}]},
+        settle("its port is unknown: no port flag, and none of its containerPorts (8000, 5557) is named for HTTP"),
+    ),
+    (
+        "named: no containerPort",
+        c(**WRAPPER),
+        NAMED,
+        {},
+        settle("its port is unknown: no port flag, and no containerPort"),
+    ),
+    (
+        "named: a containerPort entry without a port",
+        c(**WRAPPER, ports=[{"name": "http"}, "x"]),
+        NAMED,
+        {},
+        settle("its port is unknown: no port flag, and no containerPort"),
+    ),
+    (
+        "named: a containerPort not a number",
+        c(**WRAPPER, ports=ports((None, "x"))),
+        NAMED,
+        {},
+        settle("its port is unknown: no port flag, and its containerPort is 'x', not a port"),
+    ),
+    (
+        "named: containerPort 0",
+        c(**WRAPPER, ports=ports((None, 0))),
+        NAMED,
+        {},
+        settle("its port is unknown: no port flag, and its containerPort is '0', not a port"),
+    ),
+    (
+        "named: a containerPort past what int() converts",
+        c(**WRAPPER, ports=ports((None, "9" * 5000))),
+        NAMED,
+        {},
+        settle(f"its port is unknown: no port flag, and its containerPort is {'9' * 5000!r}, not a port"),
+    ),
+    # --port given to inject settles it, unless the engine's own flag or variable says another.
+    (
+        "--port settles a wrapper",
+        c(**WRAPPER, ports=ports((None, 1), (None, 2))),
+        {**NAMED, "port": 8000},
+        {},
+        (8000, GIVEN),
+    ),
+    (
+        "--port settles an unresolved $(PORT)",
+        c(**PORT_ARG, envFrom=[SECRET]),
+        {**NAMED, "port": 8001},
+        {},
+        (8001, GIVEN),
+    ),
+    ("--port agrees with its flag", c(args=["--port", "8002"]), {**NAMED, "port": 8002}, {}, (8002, GIVEN)),
+    ("--port over the default", c(**SERVE, ports=ports((None, 8080))), {**NAMED, "port": 8080}, {}, (8080, GIVEN)),
+    (
+        "--port against its flag",
+        c(args=["--port", "9000"]),
+        {**NAMED, "port": 8000},
+        {},
+        settle("its port is 9000 (--port in its command), not the 8000 --port gives"),
+    ),
+    (
+        "--port against LLAMA_ARG_PORT",
+        c(image=LL, env=[{"name": "LLAMA_ARG_PORT", "value": "80"}]),
+        {**NAMED, "port": 8080},
+        {},
+        settle("its port is 80 (LLAMA_ARG_PORT), not the 8080 --port gives"),
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "container", "choice", "context", "expected"), ROWS, ids=[r[0] for r in ROWS])
+def test_the_port(
+    name: str,
+    container: dict[str, Any],
+    choice: dict[str, Any],
+    context: dict[str, Any],
+    expected: tuple[int, str] | str,
+) -> None:
+    assert ROWS
+    decision = decide(container, "pod", Choice(**choice), Context(**context))
+    if isinstance(expected, str):
+        assert (decision.action, decision.why, decision.port) == ("skip", expected, 0)
+    else:
+        assert (decision.action, decision.port, decision.port_from) == ("probe", *expected)
+
+
 def test_engines_are_named_by_image_or_command() -> None:
     assert engine_of(c(image="me/x:1", command=["llama-server"])) == "llamacpp"
     assert engine_of(c(image=SG)) == "sglang"
@@ -666,7 +1156,7 @@ def test_engines_are_named_by_image_or_command() -> None:
 
 
 def test_the_shell_splits_as_a_shell_does() -> None:
-    env = {"P": "1", "Q": "two words"}
+    env = Env({"P": "1", "Q": "two words"})
     assert shell_words("a 'b c' \\\n d; e && f | g\nh # comment", env) == [
         ["a", "b c", "d"],
         ["e"],
@@ -677,12 +1167,12 @@ def test_the_shell_splits_as_a_shell_does() -> None:
     assert shell_words("exec X=1 vllm serve $P ${Q} ${R:-3} ${S} $ $T", env) == [
         ["vllm", "serve", "1", "two words", "3", "${S}", "$", "$T"]
     ]
-    assert shell_words("if true; then vllm serve; fi", {}) == [["true"], ["vllm", "serve"], ["fi"]]
-    assert shell_words("unclosed 'quote", {}) == []
-    assert shell_words("${unclosed", {}) == [["${unclosed"]]
-    assert shell_words('a${R:-$X} "${P}${Q $P"', {"P": "1"}) == [["a${R:-$X}", "1${Q $P"]]
-    assert shell_words("a |& b", {}) == [["a"], ["b"]]
-    assert shell_words("${P}-${P} ${P}:80 ${S}/v $P/x a$/b $MY_PORT ${}:-1}", {"P": "1", "MY_PORT": "8"}) == [
+    assert shell_words("if true; then vllm serve; fi", Env()) == [["true"], ["vllm", "serve"], ["fi"]]
+    assert shell_words("unclosed 'quote", Env()) == []
+    assert shell_words("${unclosed", Env()) == [["${unclosed"]]
+    assert shell_words('a${R:-$X} "${P}${Q $P"', Env({"P": "1"})) == [["a${R:-$X}", "1${Q $P"]]
+    assert shell_words("a |& b", Env()) == [["a"], ["b"]]
+    assert shell_words("${P}-${P} ${P}:80 ${S}/v $P/x a$/b $MY_PORT ${}:-1}", Env({"P": "1", "MY_PORT": "8"})) == [
         ["1-1", "1:80", "${S}/v", "1/x", "a$/b", "8", "${}:-1}"]
     ]
 
@@ -691,21 +1181,24 @@ def test_the_kubelets_expansion() -> None:
     assert k8s_expand("$(A)-$$(A)-$(B)-$(", {"A": "x"}) == "x-$(A)-$(B)-$("
     assert k8s_expand("p$(A)$(A)-$(A", {"A": "x"}) == "pxx-$(A"
     assert k8s_expand("$(A))$$$(A)$(B$(A))$$$$", {"A": "x"}) == "x)$x$(Bx)$$"
-    assert env_values({"env": [{"name": "A", "value": 1}, {"name": "B", "value": "$(A)2"}, {"name": "C"}, "x"]}) == {
+    assert environment(
+        {"env": [{"name": "A", "value": 1}, {"name": "B", "value": "$(A)2"}, {"name": "C"}, "x"]}
+    ).values == {
         "A": "1",
         "B": "12",
+        "C": "",
     }
 
 
 def test_command_lines() -> None:
-    assert command_lines({}, {}) == []
-    assert command_lines({"command": ["bash", "-ex", "-c", "a --x_y=1", "sh"]}, {}) == [["a", "--x-y=1"]]
-    assert command_lines({"command": ["bash", "-e"], "args": ["script.sh"]}, {}) == [["bash", "-e", "script.sh"]]
-    assert command_lines({"command": ["bash", "--login", "-c"]}, {}) == [["bash", "--login", "-c"]]
-    assert command_lines({"command": ["bash", "--rcfile", "/r", "-c", "a"]}, {}) == [
+    assert command_lines({}, Env()) == []
+    assert command_lines({"command": ["bash", "-ex", "-c", "a --x_y=1", "sh"]}, Env()) == [["a", "--x-y=1"]]
+    assert command_lines({"command": ["bash", "-e"], "args": ["script.sh"]}, Env()) == [["bash", "-e", "script.sh"]]
+    assert command_lines({"command": ["bash", "--login", "-c"]}, Env()) == [["bash", "--login", "-c"]]
+    assert command_lines({"command": ["bash", "--rcfile", "/r", "-c", "a"]}, Env()) == [
         ["bash", "--rcfile", "/r", "-c", "a"]
     ]
-    assert command_lines({"args": ["-x_y", "--a_b", "--c_d=e_f"]}, {}) == [["-x_y", "--a-b", "--c-d=e_f"]]
+    assert command_lines({"args": ["-x_y", "--a_b", "--c_d=e_f"]}, Env()) == [["-x_y", "--a-b", "--c-d=e_f"]]
 
 
 def test_an_engines_own_port_flag(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -24,6 +24,8 @@ from conftest import REPO, validate
 from stallprobe.errors import ExitCode
 
 MANIFESTS = REPO / "tests" / "fixtures" / "manifests"
+# The ConfigMap of the empty build every run here ships (--pyz /dev/null), named by its content.
+EMPTY = "stallprobe-e3b0c44298"
 
 
 def run(text: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -108,6 +110,28 @@ EXPECTED: dict[str, tuple[list[str], list[tuple[tuple[Any, ...], int, bool]]]] =
         ],
         [(("spec", "template", "spec", "containers", 0), 8000, False)],
     ),
+    "ramalama-k8s-base-model-deployment-c6c334e.yaml": (
+        [
+            "deployment/ramalama-deployment container ramalama: skipped: its port is $(PORT): PORT may come from "
+            "its envFrom ConfigMap ramalama-config, which is not in the input (--container ramalama --port N "
+            "settles it)"
+        ],
+        [],
+    ),
+    "opea-genaiinfra-vllm-306b573.yaml": (
+        [
+            "deployment/vllm container vllm: skipped: its port is not proven: its image opea/vllm:latest runs an "
+            "entrypoint the manifest does not show (--container vllm --port N settles it)"
+        ],
+        [],
+    ),
+    "boettiger-vllm-nimbus-349f2f8.yaml": (
+        [
+            "deployment/vllm-nimbus-deployment container vllm: added the liveness probe (vllm, port 8000 from its "
+            "containerPort)"
+        ],
+        [(("spec", "template", "spec", "containers", 0), 8000, True)],
+    ),
 }
 
 
@@ -186,13 +210,15 @@ def comments(lines: list[str]) -> Counter[str]:
     return Counter(line.strip() for line in lines if line.strip().startswith("#"))
 
 
-@pytest.mark.parametrize("args", [[], ["--drain-after", "30", "--force", "--state-volume"]], ids=["", "all"])
+@pytest.mark.parametrize(
+    "args", [[], ["--drain-after", "20", "--force", "--state-volume", "--report-only"]], ids=["", "all"]
+)
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_inject_loses_nothing(name: str, args: list[str]) -> None:
     """Between input and output, lines are only inserted, but in a probe that is replaced: every other
     line keeps its bytes (indentation, quotes, comments, blank lines), and every comment is still there.
-    With --drain-after and --force, readiness probes are replaced too, and with --state-volume a second
-    volume comes in."""
+    With --force, every readiness probe is replaced too (--report-only writes one only because
+    --drain-after asks for it), and with --state-volume a second volume comes in."""
     text = (MANIFESTS / name).read_text()
     done = run(text, *args)
     assert done.returncode == 0, done.stderr
@@ -205,6 +231,9 @@ def test_inject_loses_nothing(name: str, args: list[str]) -> None:
     kept = sum(i2 - i1 for tag, i1, i2, _, _ in opcodes if tag == "equal")
     assert kept >= len(before) - len(probes)
     assert not comments(before) - comments(after)  # none lost, those inside a replaced probe included
+    for doc in yaml.safe_load_all(done.stdout) if EXPECTED[name][1] else ():  # GKE's Secret: a template
+        if doc:
+            validate(doc)
 
 
 def test_comments_and_block_scalars_survive_in_a_changed_document() -> None:
@@ -300,12 +329,17 @@ def test_print_probe_gives_the_fields_to_embed() -> None:
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     assert set(out) == {"container", "volumes", "configMap"}
-    assert set(out["container"]) == {"livenessProbe", "startupProbe", "volumeMounts"}
+    assert set(out["container"]) == {"livenessProbe", "readinessProbe", "startupProbe", "volumeMounts"}
+    assert out["volumes"][0]["configMap"]["name"] == out["configMap"]["metadata"]["name"] == EMPTY
     assert out["container"]["startupProbe"]["httpGet"] == {"path": "/health", "port": 8000}
     assert "http://127.0.0.1:8000/metrics" in out["container"]["livenessProbe"]["exec"]["command"]
     assert out["configMap"]["kind"] == "ConfigMap"
     as_yaml = run("", "--print-probe", "--engine", "llamacpp", "--port", "8080")
     assert yaml.safe_load(as_yaml.stdout)["container"]["startupProbe"]["exec"]["command"][:2] == ["python3", "-I"]
+    bare = run("", "--print-probe", "--engine", "vllm", "--port", "8000", "--no-ready", "--configmap", "probe")
+    fields = yaml.safe_load(bare.stdout)
+    assert set(fields["container"]) == {"livenessProbe", "startupProbe", "volumeMounts"}
+    assert fields["volumes"][0]["configMap"]["name"] == fields["configMap"]["metadata"]["name"] == "probe"
     missing = run("", "--print-probe")
     assert missing.returncode == 2
     assert "--print-probe needs --engine" in missing.stderr
@@ -345,3 +379,50 @@ def test_krm_function_contract_resource_list_in_and_out() -> None:
     bad = run(yaml.safe_dump({**resource_list, "functionConfig": {"spec": {"window": 0}}}))
     assert bad.returncode == 2
     assert "--window must be a number > 0" in bad.stderr
+
+
+def test_a_port_from_a_configmap_in_the_same_input() -> None:
+    """The ramalama base: `--port $(PORT)`, PORT from `envFrom` its ConfigMap. Given with it (as kustomize
+    and Helm give them), the port is read from it; the Deployment's text keeps every byte it did not change."""
+    configmap = (MANIFESTS / "ramalama-k8s-base-configmap-c6c334e.yaml").read_text()
+    deployment = (MANIFESTS / "ramalama-k8s-base-model-deployment-c6c334e.yaml").read_text()
+    done = run(f"{configmap}\n---\n{deployment}\n")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines()[0].startswith(
+        "stallprobe inject: deployment/ramalama-deployment container ramalama: added the liveness probe (llamacpp, "
+        "port 8080 from --port in its command); "
+    )
+    docs = [d for d in yaml.safe_load_all(done.stdout) if d]
+    assert [d["kind"] for d in docs] == ["ConfigMap", "Deployment", "ConfigMap"]
+    assert docs[0] == yaml.safe_load(configmap)  # read, not changed
+    engine = docs[1]["spec"]["template"]["spec"]["containers"][0]
+    assert "http://127.0.0.1:8080/metrics" in engine["livenessProbe"]["exec"]["command"]
+    assert engine["startupProbe"]["httpGet"] == {"path": "/health", "port": 8080}  # HOST is 0.0.0.0 there
+    assert {"name": "LLAMA_ARG_ENDPOINT_METRICS", "value": "1"} in engine["env"]
+    for doc in docs:
+        validate(doc)
+    # In another namespace the ConfigMap says nothing about this Deployment's PORT.
+    elsewhere = configmap.replace("  name: ramalama-config\n", "  name: ramalama-config\n  namespace: other\n")
+    assert "PORT may come from its envFrom ConfigMap ramalama-config" in run(f"{elsewhere}\n---\n{deployment}").stderr
+
+
+def test_container_settles_a_rendered_chart_whose_image_the_manifest_does_not_show() -> None:
+    text = (MANIFESTS / "opea-genaiinfra-vllm-306b573.yaml").read_text()
+    done = run(text, "--container", "vllm")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.startswith(
+        "stallprobe inject: deployment/vllm container vllm: replaced the liveness probe (vllm, port 2080 from --port "
+        "in its command); "
+    )
+    docs = [d for d in yaml.safe_load_all(done.stdout) if d]
+    engine = docs[2]["spec"]["template"]["spec"]["containers"][0]
+    assert "http://127.0.0.1:2080/metrics" in engine["livenessProbe"]["exec"]["command"]
+    assert (
+        engine["startupProbe"]
+        == yaml.safe_load(text.split("---")[3])["spec"]["template"]["spec"]["containers"][0]["startupProbe"]
+    )  # its own, kept
+    given = run(text, "--container", "vllm", "--port", "2080")
+    assert "port 2080 from --port given to inject" in given.stderr
+    alone = run(text, "--port", "2080")
+    assert (alone.returncode, alone.stdout) == (ExitCode.USAGE, "")
+    assert "--port needs --container NAME" in alone.stderr

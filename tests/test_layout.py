@@ -4,6 +4,7 @@ below it (README, "Development"). A new module must be given its layer here."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,9 @@ LAYERS = {
     "stallprobe.engines": 2,
     "stallprobe.serving": 0,  # data: how each engine's server is started
     "stallprobe.watch.hooks": 1,
+    # inject's pure decision per container, and the shell splitting it reads (the core floor).
+    "stallprobe.inject.shell": 1,
+    "stallprobe.inject.decide": 3,
     # The edges: HTTP, the state file, the single-file build.
     "stallprobe.scrape": 2,
     "stallprobe.statefile": 2,
@@ -28,32 +32,38 @@ LAYERS = {
     # The words of a look: its line, its exit code, its precision note (reads the dialect's printing).
     "stallprobe.report": 3,
     "stallprobe.api": 4,  # questions beyond /metrics, over scrape's HTTP
-    # The flags of every command.
+    # The flags of every command: how a value is read, the table, the typed configuration, --help.
+    "stallprobe.readers": 3,
     "stallprobe.options": 4,
+    "stallprobe.settings": 5,
+    "stallprobe.helppage": 5,
     # The one pipeline: what an engine said at one look, for every command.
-    "stallprobe.observe": 5,
+    "stallprobe.observe": 6,
     # The probe's stanza (its command, probes and timeoutSeconds): what inject writes and doctor prints.
-    "stallprobe.stanza": 6,
+    "stallprobe.stanza": 7,
     # The commands: peers that never import each other.
-    "stallprobe.probe": 7,
-    "stallprobe.doctor": 7,
-    "stallprobe.inject": 7,
-    "stallprobe.inject.command": 7,
-    "stallprobe.inject.core": 7,
-    "stallprobe.inject.decide": 7,
-    "stallprobe.inject.manifests": 7,
-    "stallprobe.inject.shell": 7,
-    "stallprobe.inject.splice": 7,
-    "stallprobe.watch": 7,
-    "stallprobe.watch.command": 7,
-    "stallprobe.watch.poll": 7,
-    "stallprobe.watch.runner": 7,
-    "stallprobe.watch.view": 7,
-    "stallprobe.watch.serve": 7,
+    "stallprobe.probe": 8,
+    "stallprobe.doctor": 8,
+    "stallprobe.doctor.command": 8,
+    "stallprobe.doctor.first": 8,
+    "stallprobe.doctor.looks": 8,
+    "stallprobe.doctor.probes": 8,
+    "stallprobe.doctor.words": 8,
+    "stallprobe.inject": 8,
+    "stallprobe.inject.command": 8,
+    "stallprobe.inject.core": 8,
+    "stallprobe.inject.manifests": 8,
+    "stallprobe.inject.splice": 8,
+    "stallprobe.watch": 8,
+    "stallprobe.watch.command": 8,
+    "stallprobe.watch.poll": 8,
+    "stallprobe.watch.runner": 8,
+    "stallprobe.watch.view": 8,
+    "stallprobe.watch.serve": 8,
     # The dispatcher, and what starts it.
     "stallprobe": 0,
-    "stallprobe.cli": 8,
-    "stallprobe.__main__": 9,
+    "stallprobe.cli": 9,
+    "stallprobe.__main__": 10,
 }
 # Imports within one layer that are part of the design: a package and its own modules.
 PEERS = {
@@ -74,6 +84,14 @@ PEERS = {
     ("stallprobe.inject.core", "stallprobe.inject.decide"),
     ("stallprobe.inject.decide", "stallprobe.inject.shell"),
     ("stallprobe.inject.manifests", "stallprobe.inject.splice"),
+    ("stallprobe.doctor", "stallprobe.doctor.command"),
+    ("stallprobe.doctor.command", "stallprobe.doctor.first"),
+    ("stallprobe.doctor.command", "stallprobe.doctor.looks"),
+    ("stallprobe.doctor.command", "stallprobe.doctor.probes"),
+    ("stallprobe.doctor.command", "stallprobe.doctor.words"),
+    ("stallprobe.doctor.looks", "stallprobe.doctor.first"),
+    ("stallprobe.doctor.words", "stallprobe.doctor.first"),
+    ("stallprobe.doctor.words", "stallprobe.doctor.looks"),
 }
 
 
@@ -83,6 +101,8 @@ def test_peer_imports_have_no_cycle() -> None:
     order.append("stallprobe.watch")
     order += [f"stallprobe.inject.{name}" for name in ("shell", "decide", "core", "splice", "manifests", "command")]
     order.append("stallprobe.inject")
+    order += [f"stallprobe.doctor.{name}" for name in ("first", "looks", "probes", "words", "command")]
+    order.append("stallprobe.doctor")
     for importer, imported in PEERS:
         assert order.index(imported) < order.index(importer), (importer, imported)
 
@@ -130,3 +150,39 @@ def test_imports_point_down(name: str) -> None:
         if target == "stallprobe":  # the version, from the package
             continue
         assert LAYERS[target] < LAYERS[name] or (name, target) in PEERS, f"{name} imports {target}"
+
+
+def floors() -> dict[str, int]:
+    """Each module's floor in CONTRIBUTING.md's table (0 the top row): a folder stands for its modules,
+    but those named on a row of their own."""
+    text = (REPO / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    head = text.index("| floor | modules | may do |")
+    rows = [line for line in text[head:].split("\n\n", 1)[0].splitlines()[2:] if line.startswith("|")]
+    named: dict[str, int] = {}
+    folders: dict[str, int] = {}
+    for number, row in enumerate(rows):
+        for entry in re.findall(r"`([\w/]+(?:\.py|/))`", row.split("|")[2]):
+            if entry.endswith("/"):
+                folders["stallprobe." + entry.strip("/").replace("/", ".")] = number
+            else:
+                parts = entry.removesuffix(".py").removesuffix("__init__").strip("/").split("/")
+                named[".".join(["stallprobe", *[p for p in parts if p]])] = number
+    found = dict(named)
+    for name in modules():
+        if name not in found:
+            owner = [folder for folder in folders if name == folder or name.startswith(folder + ".")]
+            if owner:
+                found[name] = folders[owner[0]]
+    return found
+
+
+def test_contributing_puts_every_module_on_one_floor() -> None:
+    on_floors = floors()
+    assert set(on_floors) == set(modules()), set(modules()) ^ set(on_floors)
+
+
+@pytest.mark.parametrize("name", sorted(LAYERS))
+def test_imports_come_from_the_same_floor_or_above(name: str) -> None:
+    on_floors = floors()
+    for target in imports(name, modules()[name]):
+        assert on_floors[target] <= on_floors[name], f"{name} (floor {on_floors[name]}) imports {target}"

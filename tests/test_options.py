@@ -7,12 +7,13 @@ import typing
 
 import pytest
 
-from stallprobe import options
+from stallprobe import options, readers, settings
 from stallprobe.doctor import DoctorConfig
 from stallprobe.errors import UsageError
 from stallprobe.inject.command import InjectConfig
-from stallprobe.options import Option, Settings, parse
+from stallprobe.options import Option
 from stallprobe.probe import Config as ProbeConfig
+from stallprobe.settings import Settings, parse
 from stallprobe.watch.poll import WatchConfig
 
 COMMANDS: list[type[Settings]] = [ProbeConfig, WatchConfig, InjectConfig, DoctorConfig]
@@ -20,27 +21,27 @@ assert COMMANDS
 
 # What each reader returns (its value's type; a repeating option holds a tuple of them).
 READS: dict[object, object] = {
-    options.positive: float,
-    options.non_negative: float,
-    options.count: int,
-    options.port: int,
-    options.switch: bool,
-    options.metric_name: str,
-    options.engine: str,
-    options.engine_label: str,
-    options.url: str,
-    options.nonempty: str,
-    options.dns_name: str,
-    options.address: tuple[str, int],
-    options.command: tuple[str, ...],
-    options.waiting_mode: bool | None,
+    readers.read_positive: float,
+    readers.read_non_negative: float,
+    readers.read_count: int,
+    readers.read_port: int,
+    readers.read_switch: bool,
+    readers.read_metric_name: str,
+    readers.read_engine: str,
+    readers.read_engine_label: str,
+    readers.read_url: str,
+    readers.read_nonempty: str,
+    readers.read_dns_name: str,
+    readers.read_address: tuple[str, int],
+    readers.read_command: tuple[str, ...],
+    readers.read_waiting: bool | None,
 }
 # Options whose default is not of the attribute's type because the command resolves it after parsing.
 RESOLVED = {(ProbeConfig, "state_file")}
 
 
 def hints(cls: type[Settings]) -> dict[str, object]:
-    namespace = {**vars(typing), **vars(options)}
+    namespace = {**vars(typing), **vars(options), **vars(settings)}
     return typing.get_type_hints(cls, globalns=namespace)
 
 
@@ -65,20 +66,20 @@ def admits(annotation: object, value: object) -> bool:
 def sample_text(option: Option) -> str:
     """A text the option's reader accepts."""
     texts: dict[object, str] = {
-        options.positive: "2.5",
-        options.non_negative: "0",
-        options.count: "3",
-        options.port: "8000",
-        options.switch: "1",
-        options.metric_name: "vllm:x_total",
-        options.engine: "vllm",
-        options.engine_label: "rank",
-        options.url: "http://127.0.0.1:1/metrics",
-        options.nonempty: "x",
-        options.dns_name: "name",
-        options.address: "127.0.0.1:0",
-        options.command: "true now",
-        options.waiting_mode: "never",
+        readers.read_positive: "2.5",
+        readers.read_non_negative: "0",
+        readers.read_count: "3",
+        readers.read_port: "8000",
+        readers.read_switch: "1",
+        readers.read_metric_name: "vllm:x_total",
+        readers.read_engine: "vllm",
+        readers.read_engine_label: "rank",
+        readers.read_url: "http://127.0.0.1:1/metrics",
+        readers.read_nonempty: "x",
+        readers.read_dns_name: "name",
+        readers.read_address: "127.0.0.1:0",
+        readers.read_command: "true now",
+        readers.read_waiting: "never",
     }
     return texts[option.read]
 
@@ -88,24 +89,24 @@ def test_every_option_sets_a_declared_attribute_of_its_readers_type(cls: type[Se
     declared = hints(cls)
     assert cls.OPTIONS
     for option in cls.OPTIONS:
-        assert option.key in declared, f"{cls.__name__} declares no {option.key} for {option.flag}"
-        annotation = declared[option.key]
+        assert option.attribute in declared, f"{cls.__name__} declares no {option.attribute} for {option.flag}"
+        annotation = declared[option.attribute]
         value = option.read(option.flag, sample_text(option))
         assert admits(annotation, (value,) if option.repeats else value), (option.flag, annotation, value)
-        if (cls, option.key) not in RESOLVED:
+        if (cls, option.attribute) not in RESOLVED:
             assert admits(annotation, option.default), (option.flag, annotation, option.default)
 
 
 @pytest.mark.parametrize("cls", COMMANDS, ids=lambda cls: cls.__name__)
 def test_parse_fills_every_attribute_and_says_which_were_given(cls: type[Settings]) -> None:
-    option = next(o for o in cls.OPTIONS if not o.is_switch and not o.repeats and o.read is options.positive)
+    option = next(o for o in cls.OPTIONS if not o.is_switch and not o.repeats and o.read is readers.read_positive)
     config = parse([option.flag, "7.5"], cls, positional="URL")
     assert isinstance(config, cls)
-    assert getattr(config, option.key) == 7.5
-    assert config.given == {option.key}
+    assert getattr(config, option.attribute) == 7.5
+    assert config.given == {option.attribute}
     for other in cls.OPTIONS:
         if other is not option:
-            assert getattr(config, other.key) == other.default, other.flag
+            assert getattr(config, other.attribute) == other.default, other.flag
 
 
 def test_a_setting_no_option_has_is_refused() -> None:

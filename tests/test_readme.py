@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import subprocess
@@ -13,7 +12,7 @@ import pytest
 import yaml
 from pytest_httpserver import HTTPServer
 
-from conftest import REPO, rewind, vllm_page
+from conftest import REPO, clean_env, rewind, vllm_page
 from stallprobe.doctor import DoctorConfig
 from stallprobe.errors import COMMANDS, EXIT_TABLE
 from stallprobe.options import INJECT, PROBE, WATCH
@@ -46,7 +45,7 @@ def test_readme_has_console_examples() -> None:
 @pytest.mark.parametrize(("command", "output", "status"), EXAMPLES, ids=[e[0] for e in EXAMPLES])
 def test_console_example_output_is_real(command: str, output: str, status: int) -> None:
     argv = shlex.split(command)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STALLPROBE_")}
+    env = clean_env()
     result = subprocess.run([sys.executable, *argv[1:]], capture_output=True, text=True, env=env, check=False)
     assert (result.stdout + result.stderr, result.returncode) == (output, status)
 
@@ -91,6 +90,18 @@ def test_demo_prints_lines_of_the_same_format_and_ends_stalled() -> None:
         assert re.fullmatch(LINE_FORMATS[verdict], line), line
         assert int(code) == (1 if verdict == "stalled" else 0)
     assert probe_lines[-1][1].startswith("stalled: ")
+    # Every line the docs quote from the demo is one it prints, figure for figure; only the seconds, which
+    # the machine's speed moves, are left out of the comparison. Both pages quote the one block.
+    (quoted,) = blocks("text")
+    decides = (REPO / "docs" / "how-it-decides.md").read_text(encoding="utf-8")
+    assert f"```text\n{quoted}```" in decides
+
+    def timeless(line: str) -> str:
+        return re.sub(r"(in|for) [\d.]+ s", r"\1 N s", line)
+
+    printed = {timeless(line) for _, line in probe_lines}
+    for line in quoted.splitlines():
+        assert timeless(line) in printed, line
 
 
 def test_first_lines_are_the_two_newcomer_commands() -> None:
@@ -173,7 +184,7 @@ def test_the_pod_stanzas_run_the_probe(httpserver: HTTPServer, tmp_path: Path) -
     pyz.write_bytes(build())
     httpserver.expect_request("/metrics").respond_with_data(vllm_page(4, 100, 50), content_type="text/plain")
     httpserver.expect_request("/health").respond_with_data("")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STALLPROBE_")}
+    env = clean_env()
     for n, command in enumerate(commands):
         assert command[0] == "python3"
         assert "-m" not in command  # runpy: ~8 ms a run for nothing

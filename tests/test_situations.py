@@ -253,8 +253,9 @@ def test_a_canary_that_gets_a_wrong_answer_is_one_line_and_its_code(
     state = tmp_path / "probe.state"
     stub.routes["/v1/models"] = models
     stub.routes["/v1/completions"] = completions
-    probe(stub, state, "--canary")
-    got, line = probe(stub, state, "--canary")
+    # --strict: the canary's own verdict (without it, the health route decides: tests/test_fallback.py).
+    probe(stub, state, "--canary", "--strict")
+    got, line = probe(stub, state, "--canary", "--strict")
     assert got == code, line
     assert line.startswith("error: canary ")
     assert words in line
@@ -319,7 +320,7 @@ def test_a_route_that_wants_a_key_or_metrics_that_are_off_say_so(
     stub: StubEngine, tmp_path: Path, status: int, words: str
 ) -> None:
     stub.routes["/metrics"] = Route(b'{"error": "Invalid API Key"}', status=status)
-    code, line = probe(stub, tmp_path / "probe.state")
+    code, line = probe(stub, tmp_path / "probe.state", "--strict")
     assert code == ExitCode.SCRAPE
     assert line.startswith(f"error: scrape {stub.url}: {words}")
 

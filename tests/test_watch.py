@@ -30,7 +30,7 @@ from typing import IO
 
 import pytest
 
-from conftest import RawServer
+from conftest import RawServer, vllm_engines_page
 from stallprobe.cli import main as cli_main
 from stallprobe.detector import DEFAULT_WINDOW
 from stallprobe.errors import ExitCode
@@ -50,13 +50,8 @@ MODES = {"idle": (0, 0, 0), "saturated": (12, 99, 7), "wedged": (21, 0, 0), "mov
 
 def dp_page(engine: StubEngine) -> bytes:
     """Data parallelism: engine 0 wedged, engine 1 moving."""
-    rows = (("0", 3, 500), ("1", 4, 600 + 5 * engine.count("/metrics")))
-    return "".join(
-        f'vllm:num_requests_running{{engine="{e}",model_name="m"}} {r}\n'
-        f'vllm:prompt_tokens_total{{engine="{e}",model_name="m"}} 70\n'
-        f'vllm:generation_tokens_total{{engine="{e}",model_name="m"}} {g}\n'
-        for e, r, g in rows
-    ).encode()
+    moving = 600 + 5 * engine.count("/metrics")
+    return vllm_engines_page({"0": (3, 0, 70, 500), "1": (4, 0, 70, moving)}, model="m")
 
 
 def fork_page(engine: StubEngine) -> bytes:

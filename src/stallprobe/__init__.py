@@ -1,8 +1,8 @@
 """stallprobe: tell a wedged LLM inference engine from a busy one by token progress.
 
 The pure detector is importable from here; the probe itself is `python3 -m stallprobe` (see cli.py, which
-dispatches to probe.py, watch/ and inject.py). Importing this package loads only the detector and the
-errors, so library users pay for nothing else.
+dispatches to probe.py, doctor/, watch/ and inject/). Importing this package loads only the detector
+and the errors, so library users pay for nothing else.
 """
 
 from __future__ import annotations

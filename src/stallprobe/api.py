@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import time
 
-from .errors import MetricsError, ScrapeError, ScrapeTimeout
-from .report import secs
+from .errors import BadAnswer, MetricsError, ScrapeError, ScrapeTimeout
+from .report import num, secs
 from .scrape import exchange, status_error
 
 TYPE_CHECKING = False
@@ -34,7 +34,21 @@ if TYPE_CHECKING:
         server_load: bool  # --server-load
 
 
-__all__ = ["MAX_JSON", "ask_idle", "ask_live", "ask_paused", "canary", "in_flight", "is_paused"]
+__all__ = [
+    "MAX_JSON",
+    "Reply",
+    "ask",
+    "ask_idle",
+    "ask_live",
+    "ask_paused",
+    "canary",
+    "in_flight",
+    "is_paused",
+    "live_loads",
+    "loads",
+    "paused_answer",
+    "server_load",
+]
 
 # vLLM answers /is_paused through its engine core, between two steps: within milliseconds when it is
 # paused (the core is idle) or healthy; a wedged core never answers. A second is far above the first and
@@ -46,29 +60,136 @@ MAX_JSON = 1024 * 1024  # a model list, a one-token completion or a route's answ
 
 
 def _json(answer: Answer, where: str) -> object:
-    import json
-
     try:
-        return json.loads(answer.body.decode("utf-8"))
+        return loads(answer.body.decode("utf-8"))
     except ValueError:  # UnicodeDecodeError and JSONDecodeError alike
         raise MetricsError(f"{where}: the answer is not JSON") from None
 
 
-def _asked(url: str, key: str, timeout: float) -> object:
-    """The JSON a route answers with a 200 within `timeout`; None for any other answer, for none, and for
-    a route the engine does not serve: a question that goes unanswered changes nothing."""
+_DIGITS = "0123456789"
+
+
+def _scalar(token: str) -> object:
+    """A JSON literal or a plain number (an integer, or one with a fraction), as json reads it; ValueError
+    for anything else (the caller then leaves the text to json)."""
+    if token in _LITERALS:
+        return _LITERALS[token]
+    whole, dot, fraction = token[1:] if token[:1] == "-" else token, "", ""
+    if "." in whole:
+        whole, dot, fraction = whole.partition(".")
+    plain = whole and all(c in _DIGITS for c in whole) and (whole == "0" or whole[0] != "0")
+    if plain and (not dot or (fraction and all(c in _DIGITS for c in fraction))):
+        return float(token) if dot else int(token)
+    raise ValueError(token)
+
+
+_LITERALS: dict[str, object] = {"true": True, "false": False, "null": None}
+
+
+def _flat(text: str) -> dict[str, object] | None:
+    """One JSON object of plain scalars and strings without escapes (vLLM's `{"is_paused":false}`, its
+    `{"server_load":3}`), read without json; None for anything else."""
+    body = text.strip(" \t\n\r")
+    if body[:1] != "{" or body[-1:] != "}" or any(c in body[1:-1] for c in "{}[]\\"):
+        return None
+    data: dict[str, object] = {}
+    rest = body[1:-1].strip(" \t\n\r")
+    while rest:
+        if rest[0] != '"':
+            return None
+        end = rest.find('"', 1)
+        key, rest = rest[1:end], rest[end + 1 :].lstrip(" \t\n\r")
+        if end < 0 or rest[:1] != ":" or any(c < " " for c in key):  # json refuses control characters
+            return None
+        rest = rest[1:].lstrip(" \t\n\r")
+        if rest[:1] == '"':
+            end = rest.find('"', 1)
+            if end < 0:
+                return None
+            text_value = rest[1:end]
+            if any(c < " " for c in text_value):
+                return None
+            value: object = text_value
+            rest = rest[end + 1 :]
+        else:
+            stop = rest.find(",")
+            token, rest = (rest, "") if stop < 0 else (rest[:stop], rest[stop:])
+            try:
+                value = _scalar(token.strip(" \t\n\r"))
+            except ValueError:
+                return None
+        data[key] = value
+        rest = rest.lstrip(" \t\n\r")
+        if rest[:1] == ",":
+            rest = rest[1:].lstrip(" \t\n\r")
+            if not rest:
+                return None  # a trailing comma is not JSON
+        elif rest:
+            return None
+    return data
+
+
+def loads(text: str) -> object:
+    """json.loads(text). The one-level objects vLLM's routes answer with (the question asked of a busy
+    engine that looks stuck: /is_paused) are read here without importing json, and re with it: that import
+    was half the cost of such a run. Anything else goes to json."""
+    flat = _flat(text)
+    if flat is not None:
+        return flat
+    import json
+
+    return json.loads(text)
+
+
+class Reply:
+    """What one of the engine's routes answered: its status (None: no answer), its JSON (None unless a
+    200 with JSON), and what a person reads of it, after the route's name ("answers 200", "answers HTTP
+    404 Not Found", "gives no answer within 1 s"): the probe reads `data`, doctor says `why`."""
+
+    __slots__ = ("code", "data", "why")
+
+    def __init__(self, code: int | None, data: object, why: str) -> None:
+        self.code = code
+        self.data = data
+        self.why = why
+
+
+def ask(url: str, key: str, timeout: float) -> Reply:
+    """Ask one of the engine's routes within `timeout`. Never raises: a question that goes unanswered,
+    or that the engine does not serve, changes nothing."""
     try:
         answer = exchange(url, timeout, key=key, max_bytes=MAX_JSON, what="ask")
-        return _json(answer, f"ask {url}") if answer.code == 200 else None
-    except (ScrapeError, MetricsError):
-        return None
+    except ScrapeTimeout:
+        return Reply(None, None, f"gives no answer within {num(timeout)} s")
+    except ScrapeError as exc:
+        return Reply(None, None, f"fails: {str(exc).removeprefix(f'ask {url}: ')}")
+    if answer.code != 200:
+        wants = ": it wants the API key" if answer.code in (401, 403) else ""
+        return Reply(answer.code, None, f"answers HTTP {answer.code} {answer.reason}".rstrip() + wants)
+    try:
+        data = _json(answer, f"ask {url}")
+    except MetricsError:
+        return Reply(answer.code, None, f"answers {answer.code}, not with JSON")
+    return Reply(answer.code, data, f"answers {answer.code}")
+
+
+def _asked(url: str, key: str, timeout: float) -> object:
+    """The JSON a route answers with a 200 within `timeout`; None for any other answer, for none, and for
+    a route the engine does not serve."""
+    return ask(url, key, timeout).data
+
+
+def paused_answer(data: object) -> bool | None:
+    """What vLLM's /is_paused said (`{"is_paused": true}`): True or False, None when the answer is not
+    vLLM's."""
+    value = data.get("is_paused") if isinstance(data, dict) else None
+    return value if isinstance(value, bool) else None
 
 
 def is_paused(base: str, route: str, key: str, timeout: float = PAUSE_QUERY_TIMEOUT) -> bool:
     """Whether the engine says its operator paused it (vLLM: `{"is_paused": true}`). False for any other
     answer, for none within the deadline, and for a route the engine does not serve."""
-    data = _asked(base + route, key, timeout)
-    return isinstance(data, dict) and data.get("is_paused") is True
+    return paused_answer(_asked(base + route, key, timeout)) is True
 
 
 def ask_paused(samples: Mapping[str, Sample], base: str, route: str, key: str) -> dict[str, Sample] | None:
@@ -98,6 +219,13 @@ def _count(data: object, key: str) -> float | None:
     return float(value)
 
 
+def live_loads(data: object) -> list[object] | None:
+    """The snapshots SGLang's /v1/loads answered (`{"loads": [...]}`, one per data-parallel rank); None
+    when the answer has none."""
+    loads = data.get("loads") if isinstance(data, dict) else None
+    return loads if isinstance(loads, list) and loads else None
+
+
 def ask_live(samples: Mapping[str, Sample], base: str, route: str, key: str) -> dict[str, Sample] | None:
     """For an engine that would otherwise be judged suspect or stalled (and only then): its running and
     waiting requests as its scheduler last published them (SGLang's /v1/loads, one snapshot per data-
@@ -105,9 +233,8 @@ def ask_live(samples: Mapping[str, Sample], base: str, route: str, key: str) -> 
     fully idle, and so shows a stale batch while requests wait on something. Waiting requests are owed
     unless they wait on a peer (a disaggregated engine's bootstrap, prealloc, transfer queues). None when
     the route gives no usable answer within its deadline (the page stands)."""
-    data = _asked(base + route, key, PAUSE_QUERY_TIMEOUT)
-    loads = data.get("loads") if isinstance(data, dict) else None
-    if not isinstance(loads, list) or not loads:
+    loads = live_loads(_asked(base + route, key, PAUSE_QUERY_TIMEOUT))
+    if loads is None:
         return None
     live: dict[str, tuple[float, float, float]] = {}
     for load in loads:
@@ -133,22 +260,28 @@ def ask_live(samples: Mapping[str, Sample], base: str, route: str, key: str) -> 
 def in_flight(base: str, route: str, key: str, timeout: float) -> float:
     """How many HTTP requests the server is serving (vLLM's /load, `{"server_load": N}`, counted only
     with --enable-server-load-tracking); 0 when it does not say."""
-    return _count(_asked(base + route, key, timeout), "server_load") or 0.0
+    return server_load(_asked(base + route, key, timeout)) or 0.0
+
+
+def server_load(data: object) -> float | None:
+    """The count vLLM's /load answered (`{"server_load": N}`); None when the answer has none."""
+    return _count(data, "server_load")
 
 
 def canary(base: str, key: str, timeout: float) -> float | None:
     """Send the canary: the model named by /v1/models, a one-token completion, all within `timeout`.
 
     The seconds it took, or None when it got no complete answer in time (the evidence: requests hang).
-    Any other failure is unambiguous and raised: ScrapeError for a refusal or an HTTP error (a 401 says
-    how to give the key), MetricsError for an answer that is not the API's (HTML, not JSON, no model).
+    Any other failure is unambiguous and raised: ScrapeError for a refusal, BadAnswer for an HTTP error (a
+    401 says how to give the key), MetricsError for an answer that is not the API's (HTML, not JSON, no
+    model). The last two are answers the server gave: the probe then asks the health route.
     """
     started = time.monotonic()
     where = f"canary {base}/v1/models"
     try:
         answer = exchange(f"{base}/v1/models", timeout, key=key, max_bytes=MAX_JSON, what="canary")
         if answer.code != 200:
-            raise ScrapeError(status_error(where, answer))
+            raise BadAnswer(status_error(where, answer))
         data = _json(answer, where)
         models = data.get("data") if isinstance(data, dict) else None
         model = models[0].get("id") if isinstance(models, list) and models and isinstance(models[0], dict) else None
@@ -165,7 +298,7 @@ def canary(base: str, key: str, timeout: float) -> float | None:
             f"{base}/v1/completions", left, method="POST", body=body, key=key, max_bytes=MAX_JSON, what="canary"
         )
         if answer.code != 200:
-            raise ScrapeError(status_error(where, answer))
+            raise BadAnswer(status_error(where, answer))
         data = _json(answer, where)
         if not (isinstance(data, dict) and isinstance(data.get("choices"), list)):
             raise MetricsError(f"{where}: the answer is not a completion")

@@ -1,6 +1,8 @@
 """The stall detector: a pure function from (previous state, sample) to (verdict, next state).
 
-Everything that decides a verdict lives in this module, and nothing else does. It does no I/O, reads no
+Every rule that turns samples into a verdict lives in this module, and in no other. What a sample holds
+is the reader's business (engines.py says, per engine, which waiting requests are owed and which signals
+are heartbeats); how a verdict is judged from it is decided here alone. It does no I/O, reads no
 clock and no environment: the time is a field of the sample, the history is the state the caller passes
 in, and nothing is mutated. The CLI keeps the state in a file between runs; tests fold samples in memory.
 

@@ -297,8 +297,8 @@ VLLM = Dialect(
     ),
 )
 
-# SGLang (python/sglang/srt/metrics/collector.py, with --enable-metrics) is always multiprocess: the
-# scheduler pushes its numbers. Its token counters move only when a request finishes (0.5.23:
+# SGLang (python/sglang/srt/observability/metrics_collector.py in 0.5.23, with --enable-metrics) is
+# always multiprocess: the scheduler pushes its numbers. Its token counters move only when a request finishes (0.5.23:
 # observe_one_finished_request), so the heartbeats are the per-pass counters: cuda_graph_passes_total
 # (label mode) gains one per forward pass, decode or prefill, each chunk of a chunked prefill included;
 # realtime_tokens_total (label mode) adds the tokens of every decode step and prefill batch.

@@ -11,7 +11,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COMMANDS",
-    "EXIT_MEANINGS",
     "EXIT_TABLE",
     "BadAnswer",
     "ExitCode",
@@ -42,7 +41,7 @@ class ExitCode:
     INTERRUPTED = 130  # stopped by SIGINT (the shell's code) before watch --once or doctor saw enough
 
 
-# The one table of what each code means, per command (the probe's row is also EXIT_MEANINGS). Each
+# The one table of what each code means, per command (one column each). Each
 # command's --help prints its own column, the README prints them all; a test compares both with this.
 COMMANDS = ("probe", "watch", "inject", "doctor")
 EXIT_TABLE: dict[int, dict[str, str]] = {
@@ -96,9 +95,6 @@ EXIT_TABLE: dict[int, dict[str, str]] = {
         "doctor": "interrupted before its first look",
     },
 }
-
-# What each code means to the probe: its --help and the README's probe column print it.
-EXIT_MEANINGS = {code: meanings["probe"] for code, meanings in EXIT_TABLE.items() if "probe" in meanings}
 
 
 def exit_lines(command: str) -> list[str]:

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
     from .detector import State
     from .engines import Dialect
-    from .options import LookSettings
+    from .settings import LookSettings
 
 __all__ = ["Observation", "budget", "health", "kubelet_timeout", "observe", "origin", "silent", "worst_case"]
 
@@ -77,15 +77,19 @@ def observe(
     clock: Callable[[], float],
     *,
     readiness: bool = False,
+    page: bytes | None = None,
 ) -> Observation:
     """Look at the engine whose page is `url` once, against its history `previous`; `facts` is what the
     caller remembers of the endpoint (when its last canary went out), updated in place. `clock` gives the
     sample's time (CLOCK_MONOTONIC: one clock for every process since boot). With `readiness`, the health
-    route is asked too. Raises ScrapeError (not ScrapeTimeout: that is an Observation) and MetricsError."""
-    try:
-        page = fetch(url, settings.timeout, key=settings.key)
-    except ScrapeTimeout as exc:
-        return silent(previous, clock(), str(exc))
+    route is asked too. `page`: the page, when the caller has just read it itself (doctor's first contact,
+    which reads its status too), so that the look asks for it no second time. Raises ScrapeError (not
+    ScrapeTimeout: that is an Observation) and MetricsError."""
+    if page is None:
+        try:
+            page = fetch(url, settings.timeout, key=settings.key)
+        except ScrapeTimeout as exc:
+            return silent(previous, clock(), str(exc))
     now = clock()
     dialect = choose(page, settings.engine, settings.names)
     samples = read_engines(page, now, dialect, settings.progress_metric)

@@ -13,8 +13,10 @@ from . import __version__
 from .console import emit, show, tell
 from .detector import assess_engines, readiness
 from .errors import BadAnswer, ExitCode, MetricsError, StateFileError
-from .options import PROBE, LookSettings, api_key, help_page, parse
+from .options import PROBE
 from .report import describe, json_fields, precision, ready_line, report_only_note, verdict_code
+from .scrape import api_key
+from .settings import LookSettings, parse
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -40,6 +42,8 @@ def help_text() -> str:
         "no progress for --drain-after, or paused, or its health route fails."
     )
     title = "each flag also reads its environment variable; the flag wins"
+    from .helppage import help_page  # only for --help
+
     return help_page("probe", f"{USAGE}\n\n{description}", PROBE, environment=True, title=title)
 
 

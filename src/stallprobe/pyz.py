@@ -55,7 +55,7 @@ REQUIRED = ("stallprobe/__init__.py", "stallprobe/cli.py")
 # Python; 19 entries fewer are ~0.2 ms of a probe run. `stallprobe.pyz watch` says to pip install instead.
 TOOLS = (
     "stallprobe/__main__.py",
-    "stallprobe/doctor.py",
+    "stallprobe/doctor/",
     "stallprobe/inject/",
     "stallprobe/pyz.py",
     "stallprobe/serving.py",
@@ -78,8 +78,10 @@ HOT = tuple(
         "observe",
         "options",
         "probe",
+        "readers",
         "report",
         "scrape",
+        "settings",
         "statefile",
     )
 )

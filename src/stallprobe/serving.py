@@ -7,7 +7,11 @@ module stays off.)
 
 from __future__ import annotations
 
-__all__ = ["SERVING", "LlamacppServing", "Serving", "SglangServing", "VllmServing"]
+__all__ = ["PYZ_KEY", "SERVING", "LlamacppServing", "Serving", "SglangServing", "VllmServing"]
+
+# The probe's single-file build as it reaches a container: its key in the ConfigMap inject ships, and its
+# file where the pod mounts it (stanza.PYZ_PATH); a probe whose command names it is one inject wrote.
+PYZ_KEY = "stallprobe.pyz"
 
 
 class Serving:

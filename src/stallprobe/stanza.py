@@ -13,6 +13,7 @@ from .observe import kubelet_timeout
 from .options import DEFAULT_FAILURE_THRESHOLD, DEFAULT_PERIOD, DEFAULT_STARTUP_BUDGET, DEFAULT_TIMEOUT
 from .pyz import launcher
 from .report import num
+from .serving import PYZ_KEY
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -22,12 +23,13 @@ if TYPE_CHECKING:
 __all__ = [
     "LAUNCHER",
     "PYZ_DIR",
-    "PYZ_KEY",
     "PYZ_PATH",
     "READY_PERIOD",
     "STARTUP_PERIOD",
     "STATE_DIR",
     "Plan",
+    "health_check",
+    "health_readiness_probe",
     "health_route",
     "liveness_probe",
     "probe_command",
@@ -37,8 +39,7 @@ __all__ = [
     "timeout_seconds",
 ]
 
-# The single-file build, as the ConfigMap's key and where the pod mounts it.
-PYZ_KEY = "stallprobe.pyz"
+# Where the pod mounts the single-file build (serving.PYZ_KEY: its name).
 PYZ_DIR = "/opt/stallprobe"
 PYZ_PATH = f"{PYZ_DIR}/{PYZ_KEY}"
 # The pod runs the archive through `-c`, not as `python3 stallprobe.pyz`: running a zip goes through
@@ -52,10 +53,11 @@ READY_PERIOD = 5
 
 class Plan:
     """What the probes are built from: the look's window and timeout, the kubelet's period and failure
-    threshold, the startup budget, the drain window (None: no readiness probe), and the probe's other
-    engine flags as given (--saturation 4, --progress-metric X, ...)."""
+    threshold, the startup budget, the drain window (None: no readiness probe), the probe's other
+    engine flags as given (--saturation 4, --progress-metric X, ...), and whether the liveness probe only
+    reports (the probe's --report-only: it judges and says, and restarts nothing)."""
 
-    __slots__ = ("drain_after", "failure", "period", "probe_args", "startup_budget", "timeout", "window")
+    __slots__ = ("drain_after", "failure", "period", "probe_args", "report_only", "startup_budget", "timeout", "window")
 
     def __init__(
         self,
@@ -67,6 +69,7 @@ class Plan:
         probe_args: Sequence[str] = (),
         startup_budget: float = DEFAULT_STARTUP_BUDGET,
         drain_after: float | None = None,
+        report_only: bool = False,
     ) -> None:
         self.window = window
         self.timeout = timeout
@@ -75,6 +78,7 @@ class Plan:
         self.probe_args = tuple(probe_args)
         self.startup_budget = startup_budget
         self.drain_after = drain_after
+        self.report_only = report_only
 
 
 def restart_after(plan: Plan) -> float:
@@ -102,8 +106,10 @@ def timeout_seconds(plan: Plan, *, ready: bool = False) -> int:
 
 
 def liveness_probe(command: list[str], plan: Plan, old: Any = None) -> dict[str, Any]:
-    """The livenessProbe; an operator's initialDelaySeconds on the probe it replaces (`old`) is kept."""
-    probe: dict[str, Any] = {"exec": {"command": command}}
+    """The livenessProbe: the command, with --report-only when the plan says so (the readiness probe,
+    built from the same command, never carries it); an operator's initialDelaySeconds on the probe it
+    replaces (`old`) is kept."""
+    probe: dict[str, Any] = {"exec": {"command": [*command, "--report-only"] if plan.report_only else command}}
     delay = old.get("initialDelaySeconds") if isinstance(old, dict) else None
     if isinstance(delay, int):  # model loading: keep the operator's delay (a startupProbe is better)
         probe["initialDelaySeconds"] = delay
@@ -119,24 +125,34 @@ def health_route(engine: str | None) -> str:
     return next((d.health_route for d in DIALECTS if d.name == engine), "/health")
 
 
-def startup_probe(port: int, engine: str | None, loopback: bool, plan: Plan) -> dict[str, Any]:
-    """GET the engine's health route until it answers, for up to the budget. An engine bound to loopback
-    (SGLang's and llama.cpp's default) cannot be reached by the kubelet's httpGet, which dials the pod's
-    IP: there the same GET runs inside the container."""
+def health_check(port: int, engine: str | None, loopback: bool) -> dict[str, Any]:
+    """GET the engine's health route. An engine bound to loopback (SGLang's and llama.cpp's default)
+    cannot be reached by the kubelet's httpGet, which dials the pod's IP: there the same GET runs inside
+    the container."""
     route = health_route(engine)
-    probe: dict[str, Any]
-    if loopback:
-        program = (
-            "import sys, urllib.request as u\n"
-            f"try: u.urlopen('http://127.0.0.1:{port}{route}', timeout=3)\n"
-            "except Exception as e: sys.exit(str(e))"
-        )
-        probe = {"exec": {"command": ["python3", "-I", "-S", "-c", program]}}
-    else:
-        probe = {"httpGet": {"path": route, "port": port}}
+    if not loopback:
+        return {"httpGet": {"path": route, "port": port}}
+    program = (
+        "import sys, urllib.request as u\n"
+        f"try: u.urlopen('http://127.0.0.1:{port}{route}', timeout=3)\n"
+        "except Exception as e: sys.exit(str(e))"
+    )
+    return {"exec": {"command": ["python3", "-I", "-S", "-c", program]}}
+
+
+def startup_probe(port: int, engine: str | None, loopback: bool, plan: Plan) -> dict[str, Any]:
+    """The health check until it passes, for up to the budget."""
+    probe = health_check(port, engine, loopback)
     probe["periodSeconds"] = STARTUP_PERIOD
     probe["timeoutSeconds"] = 5
     probe["failureThreshold"] = math.ceil(plan.startup_budget / STARTUP_PERIOD)
+    return probe
+
+
+def health_readiness_probe(port: int, engine: str | None, loopback: bool) -> dict[str, Any]:
+    """A readinessProbe that only asks the health route: ready once loaded, never drained for a stall."""
+    probe = health_check(port, engine, loopback)
+    probe.update({"periodSeconds": READY_PERIOD, "timeoutSeconds": 5, "successThreshold": 1, "failureThreshold": 3})
     return probe
 
 

@@ -6,9 +6,11 @@ For every pod template (Pod, Deployment, StatefulSet, DaemonSet, ReplicaSet, Job
 leader template of a LeaderWorkerSet) it decides per container (decide.py, a pure function): only a
 container that serves HTTP on a port its manifest shows, with its metrics on, gets the probe; workers,
 sidecars and init containers never do. It replaces a liveness probe that is absent, or a plain HTTP
-check of /health (any other is the operator's and stays unless --force); adds a startupProbe where
-nothing guards the model's loading; mounts a ConfigMap that holds the single-file build; and emits that
-ConfigMap last, one per namespace. Injecting its own output changes nothing, byte for byte.
+check of /health (any other is the operator's and stays unless --force), and the readiness probe the
+same way unless --no-ready; adds a startupProbe where nothing guards the model's loading; mounts a
+ConfigMap that holds the single-file build, named by its content (stallprobe-<sha256, 10 hex digits>:
+a new build rolls the workload); and emits that ConfigMap last, one per namespace, in place of an older
+build's that nothing mounts any more. Injecting its own output changes nothing, byte for byte.
 
 The modules: shell.py (command lines as a shell splits them), decide.py (the decision), core.py (the
 walk over documents, writing the stanzas stanza.py builds), manifests.py (YAML and JSON read with their
@@ -22,7 +24,7 @@ from __future__ import annotations
 from ..errors import InjectError
 from ..stanza import LAUNCHER, PYZ_PATH
 from .command import main
-from .core import Options, inject, pod_specs
+from .core import InjectConfig, configmap_name, inject, plan_of, pod_specs
 from .decide import Choice, Decision, decide, engine_of
 from .manifests import read_documents, write_documents
 
@@ -31,12 +33,14 @@ __all__ = [
     "PYZ_PATH",
     "Choice",
     "Decision",
+    "InjectConfig",
     "InjectError",
-    "Options",
+    "configmap_name",
     "decide",
     "engine_of",
     "inject",
     "main",
+    "plan_of",
     "pod_specs",
     "read_documents",
     "write_documents",

@@ -21,8 +21,10 @@ import sys
 from .. import __version__
 from ..console import silence, tell
 from ..errors import ExitCode, InjectError, OutputError
-from ..options import INJECT, PASSED_ON, EngineSettings, given_flags, help_page, parse
-from .core import Options, configmap, container_fields, inject
+from ..helppage import help_page
+from ..options import INJECT
+from ..settings import parse
+from .core import InjectConfig, configmap, configmap_name, container_fields, inject, plan_of, volume
 from .decide import Decision
 from .manifests import MAX_BYTES, decode, dump_yaml, read_documents, write_documents
 
@@ -32,7 +34,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 
-__all__ = ["main"]
+__all__ = ["InjectConfig", "main"]
 
 # A ConfigMap holds at most 1 MiB (the API server's limit), and the archive rides in one.
 MAX_PYZ = 1024 * 1024
@@ -42,49 +44,15 @@ DESCRIPTION = """\
 usage: stallprobe inject [-f FILE] [options]
        stallprobe inject --print-probe --engine ENGINE --port PORT [--output yaml|json]
 
-Put the stallprobe exec liveness probe (and a startup guard) into Kubernetes manifests (YAML or JSON):
-the manifests go to stdout, one line per container to stderr. Works as a Helm post-renderer
+Put the stallprobe exec liveness and readiness probes (and a startup guard) into Kubernetes manifests
+(YAML or JSON), with the probe's build in a ConfigMap named by its content: the manifests go to stdout,
+one line per container to stderr. Works as a Helm post-renderer
 (--post-renderer stallprobe --post-renderer-args inject) and as a Kustomize KRM function (a
 ResourceList on stdin). The engine flags are the probe's, written into the probe it adds."""
 
 
 def help_text() -> str:
     return help_page("inject", DESCRIPTION, INJECT, environment=False)
-
-
-class InjectConfig(EngineSettings):
-    """Every flag of `stallprobe inject` (the option table's INJECT selection)."""
-
-    OPTIONS = INJECT
-
-    filename: str
-    container: str | None
-    timeout: float
-    api_key_file: str | None
-    canary: bool
-    canary_interval: float
-    server_load: bool
-    strict: bool
-    report_only: bool
-    period: int
-    failure_threshold: int
-    force: bool
-    state_volume: bool
-    configmap: str
-    pyz: str | None
-    python: str | None
-    drain_after: float
-    startup_budget: float
-    check: bool
-    print_probe: bool
-    port: int | None
-    output: str
-
-
-def _probe_args(config: InjectConfig) -> list[str]:
-    """The probe's engine flags that were given, as the probe's command line takes them (--window and
-    --engine are always written, and so are left out here)."""
-    return given_flags(config, PASSED_ON, leave_out=("--window", "--engine"))
 
 
 def _shown(path: str) -> str:
@@ -162,24 +130,6 @@ def _say(lines: list[str]) -> None:
         tell(f"stallprobe inject: {line}")
 
 
-def options_of(config: InjectConfig, pyz: bytes) -> Options:
-    return Options(
-        configmap=config.configmap or "stallprobe",
-        container=config.container,
-        engine=None if config.engine == "auto" else config.engine,
-        window=config.window,
-        timeout=config.timeout,
-        period=config.period,
-        failure=config.failure_threshold,
-        force=config.force,
-        state_volume=config.state_volume,
-        pyz=pyz,
-        probe_args=_probe_args(config),
-        startup_budget=config.startup_budget,
-        drain_after=config.drain_after if "drain_after" in config.given else None,
-    )
-
-
 def _krm_args(config: Any) -> list[str]:
     """The functionConfig's options as flags: `spec` (or a ConfigMap's `data`) maps each flag's name,
     without `--`, to its value; true for a switch, a list for a flag that repeats."""
@@ -212,18 +162,19 @@ def _print_probe(config: InjectConfig) -> str:
         raise InjectError("--print-probe needs --engine (vllm, sglang or llamacpp) and --port")
     if config.output not in ("yaml", "json"):
         raise InjectError(f"--output must be yaml or json (got {config.output!r})")
-    options = options_of(config, _pyz(config))
+    plan = plan_of(config)
+    pyz = _pyz(config)
+    name = configmap_name(config, pyz)
     loopback = engine != "vllm"  # SGLang and llama.cpp bind loopback unless told otherwise
+    readiness = "" if plan.drain_after is None else "added"
     decision = Decision(
-        "probe", engine=engine, port=port, startup=True, loopback=loopback, readiness="added", liveness="added"
+        "probe", engine=engine, port=port, startup=True, loopback=loopback, readiness=readiness, liveness="added"
     )
-    fields = container_fields(decision, options, None, options.state_volume)
-    volumes: list[dict[str, Any]] = [
-        {"name": "stallprobe", "configMap": {"name": options.configmap, "defaultMode": 0o444}}
-    ]
-    if options.state_volume:
+    fields = container_fields(decision, plan, None, config.state_volume)
+    volumes: list[dict[str, Any]] = [volume(name)]
+    if config.state_volume:
         volumes.append({"name": "stallprobe-state", "emptyDir": {"sizeLimit": "1Mi"}})
-    whole = {"container": fields, "volumes": volumes, "configMap": configmap(options.configmap, None, options.pyz)}
+    whole = {"container": fields, "volumes": volumes, "configMap": configmap(name, None, pyz)}
     if config.output == "json":
         import json
 
@@ -253,12 +204,12 @@ def main(argv: Sequence[str]) -> int:
         items = resource_list.get("items")
         if not isinstance(items, list):
             raise InjectError("the ResourceList has no items list (a KRM function gets its resources there)")
-        items, log, changed = inject(list(items), options_of(config, _pyz(config)))
+        items, log, changed = inject(list(items), config, _pyz(config))
         resource_list["items"] = items
         out = manifests.with_docs([resource_list])
         changed = {0} if changed else set()
     else:
-        docs, log, changed = inject(manifests.docs, options_of(config, _pyz(config)))
+        docs, log, changed = inject(manifests.docs, config, _pyz(config))
         out = manifests.with_docs(docs)
     if config.check:
         _say(log)

@@ -8,15 +8,20 @@ containers need nothing is reported unchanged and its text goes out as it came i
 from __future__ import annotations
 
 import base64
+import hashlib
 
 from .. import __version__
+from ..errors import UsageError
+from ..options import INJECT, PASSED_ON
 from ..report import drain_warning, num
+from ..serving import PYZ_KEY
+from ..settings import EngineSettings, given_flags
 from ..stanza import (
     PYZ_DIR,
-    PYZ_KEY,
     READY_PERIOD,
     STATE_DIR,
     Plan,
+    health_readiness_probe,
     health_route,
     liveness_probe,
     probe_command,
@@ -24,16 +29,28 @@ from ..stanza import (
     restart_after,
     startup_probe,
 )
-from .decide import Choice, Decision, decide
+from .decide import Choice, Context, Decision, decide, is_ours
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
     from typing import Any
 
-__all__ = ["Options", "configmap", "container_fields", "inject", "pod_specs"]
+__all__ = [
+    "InjectConfig",
+    "configmap",
+    "configmap_name",
+    "container_fields",
+    "inject",
+    "plan_of",
+    "pod_specs",
+    "volume",
+]
 
 VOLUME = "stallprobe"
+# Kustomize's configMapGenerator suffixes 10 characters of a sha256 too: enough that two builds never
+# share a name, short enough to read in `kubectl get configmap`.
+HASH_DIGITS = 10
 STATE_VOLUME = "stallprobe-state"
 # Where each workload kind keeps its pod templates' specs, and the role each template plays.
 TEMPLATE_PATHS: dict[str, list[tuple[tuple[str, ...], str]]] = {
@@ -52,29 +69,68 @@ TEMPLATE_PATHS: dict[str, list[tuple[tuple[str, ...], str]]] = {
 SUPPORTED = ", ".join(TEMPLATE_PATHS)
 
 
-class Options(Plan):
-    """inject's settings: the stanza's plan, and where and how to write it."""
+class InjectConfig(EngineSettings):
+    """Every flag of `stallprobe inject` (the option table's INJECT selection): inject's one configuration.
+    The walk reads its choices here, and the stanza's Plan is made from it (plan_of)."""
 
-    __slots__ = ("configmap", "container", "engine", "force", "pyz", "state_volume")
+    OPTIONS = INJECT
 
-    def __init__(
-        self,
-        *,
-        configmap: str = "stallprobe",
-        container: str | None = None,
-        engine: str | None = None,
-        force: bool = False,
-        state_volume: bool = False,
-        pyz: bytes = b"",
-        **plan: Any,
-    ) -> None:
-        super().__init__(**plan)
-        self.configmap = configmap
-        self.container = container
-        self.engine = engine
-        self.force = force
-        self.state_volume = state_volume
-        self.pyz = pyz
+    filename: str
+    container: str | None
+    timeout: float
+    api_key_file: str | None
+    canary: bool
+    canary_interval: float
+    server_load: bool
+    strict: bool
+    report_only: bool
+    period: int
+    failure_threshold: int
+    force: bool
+    state_volume: bool
+    configmap: str | None
+    pyz: str | None
+    python: str | None
+    drain_after: float
+    no_ready: bool
+    startup_budget: float
+    check: bool
+    print_probe: bool
+    port: int | None
+    output: str
+
+
+def plan_of(config: InjectConfig) -> Plan:
+    """The stanza's plan from the configuration: the probe's engine flags that were given, as its command
+    line takes them (--window and --engine are always written, so left out here; --report-only goes to
+    the liveness probe alone, as the readiness probe, which only moves traffic, acts even then: the
+    second stage of a rollout), and the readiness probe unless --no-ready leaves it out. UsageError when
+    --no-ready and --drain-after are both given."""
+    asked = "drain_after" in config.given
+    if config.no_ready and asked:
+        raise UsageError("--drain-after sets the readiness probe, which --no-ready leaves out: give one of them")
+    if config.port is not None and config.container is None and not config.print_probe:
+        # One port for every engine in a chart would probe some on a port that is not theirs.
+        raise UsageError("--port needs --container NAME: it is the port of the one container it names")
+    return Plan(
+        window=config.window,
+        timeout=config.timeout,
+        period=config.period,
+        failure=config.failure_threshold,
+        probe_args=given_flags(config, PASSED_ON, leave_out=("--window", "--engine", "--report-only")),
+        startup_budget=config.startup_budget,
+        drain_after=None if config.no_ready else config.drain_after,
+        report_only=config.report_only,
+    )
+
+
+def configmap_name(config: InjectConfig, pyz: bytes) -> str:
+    """The ConfigMap's name: --configmap's, else `stallprobe-` and the first 10 hex digits of the build's
+    sha256 (what `sha256sum stallprobe.pyz` prints), so a new build is a new ConfigMap: the pod template
+    that names it changes, the workload rolls, and two builds live side by side in a namespace."""
+    if config.configmap is not None:
+        return config.configmap
+    return f"{VOLUME}-{hashlib.sha256(pyz).hexdigest()[:HASH_DIGITS]}"
 
 
 def _dig(doc: Any, path: Sequence[str]) -> Any:
@@ -92,14 +148,56 @@ def pod_specs(doc: Any) -> Iterator[dict[str, Any]]:
 
 
 def _templates(doc: Any) -> Iterator[tuple[dict[str, Any], str]]:
+    for spec, role, _ in _templates_labelled(doc):
+        yield spec, role
+
+
+def _templates_labelled(doc: Any) -> Iterator[tuple[dict[str, Any], str, dict[str, Any]]]:
+    """Each pod template's spec, its role, and its pod's labels (those the manifest gives)."""
     if not isinstance(doc, dict):
         return
     paths = TEMPLATE_PATHS.get(str(doc.get("kind")), [])
     shared = doc.get("kind") == "LeaderWorkerSet" and _dig(doc, paths[0][0]) is None
     for path, role in paths:
         spec = _dig(doc, path)
+        labels = _dig(doc, (*path[:-1], "metadata", "labels"))
         if isinstance(spec, dict):
-            yield spec, "shared" if shared else role
+            yield spec, "shared" if shared else role, labels if isinstance(labels, dict) else {}
+
+
+class Surroundings:
+    """What decide reads beside a container, per namespace: the ConfigMaps' data (name to data) and the
+    Services (to find those selecting a pod). A document without a namespace is in the one the tool
+    applying it picks: the same as another document without one, never the same as a named one."""
+
+    def __init__(self, docs: list[Any]) -> None:
+        self.configmaps: dict[Any, dict[str, dict[str, str]]] = {}
+        self.services: dict[Any, list[dict[str, Any]]] = {}
+        for doc in flatten(docs):
+            if not isinstance(doc, dict):
+                continue
+            namespace = _dig(doc, ("metadata", "namespace"))
+            data = doc.get("data")
+            if doc.get("kind") == "ConfigMap" and isinstance(data, dict):
+                name = str(_dig(doc, ("metadata", "name")))
+                self.configmaps.setdefault(namespace, {})[name] = {str(k): str(v) for k, v in data.items()}
+            spec = doc.get("spec")
+            if doc.get("kind") == "Service" and isinstance(spec, dict):
+                self.services.setdefault(namespace, []).append(spec)
+
+    def context(self, namespace: Any, labels: dict[str, Any]) -> Context:
+        """The ConfigMaps of the namespace, and the ports of its Services whose selector selects a pod
+        with these labels (a Service without a selector selects none)."""
+        ports: list[Any] = []
+        for spec in self.services.get(namespace, []):
+            selector = spec.get("selector")
+            if (
+                isinstance(selector, dict)
+                and selector
+                and all(str(labels.get(k)) == str(v) and k in labels for k, v in selector.items())
+            ):
+                ports += spec.get("ports") or []
+        return Context(self.configmaps.get(namespace, {}), ports)
 
 
 def _has_containers(node: Any, depth: int = 0) -> bool:
@@ -143,15 +241,15 @@ def _enable_metrics(container: dict[str, Any], how: tuple[str, str]) -> None:
         words.append(name)
 
 
-def container_fields(decision: Decision, options: Options, old: Any, state_volume: bool) -> dict[str, Any]:
+def container_fields(decision: Decision, plan: Plan, old: Any, state_volume: bool) -> dict[str, Any]:
     """The fields inject writes into one container: liveness, and as the decision says, startup and
     readiness probes; then the volume mounts."""
-    command = probe_command(decision.port, decision.engine, options, state_volume=state_volume)
-    fields: dict[str, Any] = {"livenessProbe": liveness_probe(command, options, old)}
+    command = probe_command(decision.port, decision.engine, plan, state_volume=state_volume)
+    fields: dict[str, Any] = {"livenessProbe": liveness_probe(command, plan, old)}
     if decision.startup:
-        fields["startupProbe"] = startup_probe(decision.port, decision.engine, decision.loopback, options)
-    if decision.readiness in ("added", "replaced", "ours") and options.drain_after is not None:
-        fields["readinessProbe"] = readiness_probe(command, options)
+        fields["startupProbe"] = startup_probe(decision.port, decision.engine, decision.loopback, plan)
+    if decision.readiness in ("added", "replaced", "ours") and plan.drain_after is not None:
+        fields["readinessProbe"] = readiness_probe(command, plan)
     mounts = [{"name": VOLUME, "mountPath": PYZ_DIR, "readOnly": True}]
     if state_volume:
         mounts.append({"name": STATE_VOLUME, "mountPath": STATE_DIR})
@@ -159,17 +257,31 @@ def container_fields(decision: Decision, options: Options, old: Any, state_volum
     return fields
 
 
-def _line(where: str, decision: Decision, options: Options, changed: bool) -> str:
+def volume(name: str) -> dict[str, Any]:
+    """The pod's volume of the build: its name (and the mount path) never change, only the ConfigMap's."""
+    return {"name": VOLUME, "configMap": {"name": name, "defaultMode": 0o444}}
+
+
+def _line(where: str, decision: Decision, plan: Plan, changed: bool, undrained: bool = False) -> str:
     engine = decision.engine or "engine from the page"
     if not changed:
         return f"{where}: already injected, unchanged ({engine}, port {decision.port})"
     verb = "replaced" if decision.liveness in ("replaced", "ours") else "added"
-    lives = restart_after(options)
-    parts = [
-        f"{where}: {verb} the liveness probe ({engine}, port {decision.port} from {decision.port_from}); a wedged "
-        f"engine is restarted about {num(lives)} s after its last progress (window {num(options.window)} s + "
-        f"period {options.period} s x (failureThreshold {options.failure} - 1))"
-    ]
+    lives = restart_after(plan)
+    source = f"{engine}, port {decision.port} from {decision.port_from}"
+    if plan.report_only:
+        head = (
+            f"{where}: {verb} the liveness probe, report-only ({source}): it says a wedged engine is stalled "
+            f"about {num(plan.window)} s after its last progress (the window) and never fails: nothing is "
+            "restarted"
+        )
+    else:
+        head = (
+            f"{where}: {verb} the liveness probe ({source}); a wedged engine is restarted about {num(lives)} s "
+            f"after its last progress (window {num(plan.window)} s + period {plan.period} s x (failureThreshold "
+            f"{plan.failure} - 1))"
+        )
+    parts = [head]
     kind, name = decision.enable
     if kind == "arg":
         parts.append(f"turned its metrics on with {name} ({engine} publishes none without it)")
@@ -180,68 +292,110 @@ def _line(where: str, decision: Decision, options: Options, changed: bool) -> st
         how = "inside the container, as it binds loopback" if decision.loopback else "by the kubelet"
         parts.append(
             f"added a startupProbe (GET {route} on port {decision.port} {how}; liveness waits up to "
-            f"{num(options.startup_budget)} s for the model to load: --startup-budget)"
+            f"{num(plan.startup_budget)} s for the model to load: --startup-budget)"
+        )
+    if undrained:
+        parts.append(
+            f"made the readiness probe inject wrote a plain check of {health_route(decision.engine)} again "
+            "(--no-ready: no draining)"
         )
     if decision.readiness == "kept":
         parts.append("kept its own readiness probe (--force replaces it)")
-    elif decision.readiness and options.drain_after is not None:
-        stop = options.drain_after + READY_PERIOD
+    elif decision.readiness and plan.drain_after is not None:
+        stop = plan.drain_after + READY_PERIOD
+        restart = "" if plan.report_only else f", the restart comes about {num(lives)} s after it"
         parts.append(
             f"{'added' if decision.readiness == 'added' else 'replaced'} the readiness probe: traffic stops about "
-            f"{num(stop)} s after the last progress (drain-after {num(options.drain_after)} s + period "
-            f"{READY_PERIOD} s), the restart comes about {num(lives)} s after it"
+            f"{num(stop)} s after the last progress (drain-after {num(plan.drain_after)} s + period "
+            f"{READY_PERIOD} s){restart}"
         )
     return "; ".join(parts)
 
 
-def inject_pod(
-    spec: dict[str, Any], role: str, options: Options, where: str, log: list[str]
-) -> tuple[bool, bool, bool]:
-    """Inject into the containers of one pod spec: (any container probed, anything changed, any seen)."""
-    choice = Choice(
-        container=options.container, engine=options.engine, force=options.force, drain=options.drain_after is not None
-    )
-    probed = changed = seen = False
-    needs_state = False
-    for container in spec.get("containers") or []:
-        if not isinstance(container, dict):
-            continue
-        decision = decide(container, role, choice)
-        if decision.action == "ignore":
-            continue
-        seen = True
-        label = f"{where}{'' if role == 'pod' else ' ' + role} container {container.get('name', '?')}"
-        if decision.action == "skip":
-            log.append(f"{label}: skipped: {decision.why}")
-            continue
-        if decision.action == "keep":
-            log.append(f"{label}: kept its own liveness probe ({decision.why})")
-            continue
-        state_volume = options.state_volume or bool(_dig(container, ("securityContext", "readOnlyRootFilesystem")))
-        old = container.get("livenessProbe")
-        here = False
-        if decision.enable[0]:
-            _enable_metrics(container, decision.enable)
-            here = True
-        fields = container_fields(decision, options, old, state_volume)
-        for key in ("livenessProbe", "startupProbe", "readinessProbe"):
-            if key in fields:
-                here = _set(container, key, fields[key]) or here
-        mounts = container.setdefault("volumeMounts", [])
-        for mount in fields["volumeMounts"]:
-            here = _put(mounts, mount) or here
-        needs_state = needs_state or state_volume
-        log.append(_line(label, decision, options, here))
-        probed = True
-        changed = changed or here
-    if probed:
-        volumes = spec.setdefault("volumes", [])
-        changed = (
-            _put(volumes, {"name": VOLUME, "configMap": {"name": options.configmap, "defaultMode": 0o444}}) or changed
+class _Walk:
+    """One run over the documents: the configuration, the plan made from it, the ConfigMap's name, and
+    what the run learns on the way (the log, the namespaces probed, the ConfigMaps the rewritten volumes
+    named before)."""
+
+    def __init__(self, config: InjectConfig, plan: Plan, name: str) -> None:
+        self.config = config
+        self.plan = plan
+        self.name = name
+        self.choice = Choice(
+            container=config.container,
+            engine=None if config.engine == "auto" else config.engine,
+            force=config.force,
+            drain=plan.drain_after is not None,
+            port=config.port,
         )
-        if needs_state:
-            changed = _put(volumes, {"name": STATE_VOLUME, "emptyDir": {"sizeLimit": "1Mi"}}) or changed
-    return probed, changed, seen
+        self.log: list[str] = []
+        self.namespaces: list[str | None] = []
+        self.replaced: set[tuple[str | None, str]] = set()  # (namespace, name) of a ConfigMap no longer named
+
+    def pod(
+        self, spec: dict[str, Any], role: str, where: str, namespace: str | None, context: Context | None = None
+    ) -> tuple[bool, bool]:
+        """Inject into the containers of one pod spec (`context`: what decide reads beside its containers):
+        (anything changed, any inference container seen)."""
+        probed = changed = seen = False
+        needs_state = False
+        for container in spec.get("containers") or []:
+            if not isinstance(container, dict):
+                continue
+            decision = decide(container, role, self.choice, context)
+            if decision.action == "ignore":
+                continue
+            seen = True
+            label = f"{where}{'' if role == 'pod' else ' ' + role} container {container.get('name', '?')}"
+            if decision.action == "skip":
+                self.log.append(f"{label}: skipped: {decision.why}")
+                continue
+            if decision.action == "keep":
+                self.log.append(f"{label}: kept its own liveness probe ({decision.why})")
+                continue
+            state_volume = self.config.state_volume or bool(
+                _dig(container, ("securityContext", "readOnlyRootFilesystem"))
+            )
+            old = container.get("livenessProbe")
+            here = False
+            if decision.enable[0]:
+                _enable_metrics(container, decision.enable)
+                here = True
+            fields = container_fields(decision, self.plan, old, state_volume)
+            # --no-ready after a run that drained: the probe inject wrote only asks the health route now.
+            undrained = self.plan.drain_after is None and is_ours(container.get("readinessProbe"))
+            if undrained:
+                fields["readinessProbe"] = health_readiness_probe(decision.port, decision.engine, decision.loopback)
+            for key in ("livenessProbe", "startupProbe", "readinessProbe"):
+                if key in fields:
+                    here = _set(container, key, fields[key]) or here
+            mounts = container.setdefault("volumeMounts", [])
+            for mount in fields["volumeMounts"]:
+                here = _put(mounts, mount) or here
+            needs_state = needs_state or state_volume
+            self.log.append(_line(label, decision, self.plan, here, undrained and here))
+            probed = True
+            changed = changed or here
+        if probed:
+            volumes = spec.setdefault("volumes", [])
+            before = _mounted(volumes)
+            if before is not None and before != self.name:
+                self.replaced.add((namespace, before))
+            changed = _put(volumes, volume(self.name)) or changed
+            if needs_state:
+                changed = _put(volumes, {"name": STATE_VOLUME, "emptyDir": {"sizeLimit": "1Mi"}}) or changed
+            if namespace not in self.namespaces:
+                self.namespaces.append(namespace)
+        return changed, seen
+
+
+def _mounted(volumes: Any) -> str | None:
+    """The ConfigMap the build's volume names, in a pod's volumes; None without one."""
+    for item in volumes if isinstance(volumes, list) else []:
+        if isinstance(item, dict) and item.get("name") == VOLUME:
+            name = _dig(item, ("configMap", "name"))
+            return name if isinstance(name, str) else None
+    return None
 
 
 def configmap(name: str, namespace: str | None, pyz: bytes) -> dict[str, Any]:
@@ -265,61 +419,95 @@ def flatten(docs: list[Any]) -> Iterator[Any]:
             yield doc
 
 
-def inject(docs: list[Any], options: Options) -> tuple[list[Any], list[str], set[int]]:
-    """Inject into every manifest of `docs` (changed in place); the documents to write, the log, and the
-    indexes (in the returned list) of the documents that changed.
+def _configmaps(docs: list[Any]) -> Iterator[tuple[int, dict[str, Any], str | None, Any]]:
+    """Every ConfigMap of the documents: (index of its document, the ConfigMap, namespace, name)."""
+    for index, top in enumerate(docs):
+        for doc in flatten([top]):
+            if isinstance(doc, dict) and doc.get("kind") == "ConfigMap":
+                yield index, doc, _dig(doc, ("metadata", "namespace")), _dig(doc, ("metadata", "name"))
 
-    The ConfigMaps come last: one per namespace of an injected workload, or, where the input already
-    holds one of that name and namespace (the output of an earlier run), that one brought up to date.
+
+def _still_named(docs: list[Any]) -> set[tuple[str | None, str]]:
+    """(namespace, name) of every ConfigMap a pod template's build volume names, after the walk."""
+    named = set()
+    for top in docs:
+        for doc in flatten([top]):
+            for spec, _ in _templates(doc):
+                name = _mounted(spec.get("volumes"))
+                if name is not None:
+                    named.add((_dig(doc, ("metadata", "namespace")), name))
+    return named
+
+
+def inject(docs: list[Any], config: InjectConfig, pyz: bytes) -> tuple[list[Any], list[str], set[int]]:
+    """Inject into every manifest of `docs` (changed in place) as `config` says, shipping the build `pyz`;
+    the documents to write, the log, and the indexes (in the returned list) of the documents that changed.
+
+    The ConfigMaps come last: one per namespace of an injected workload. Where the input already holds
+    one of that name and namespace (the output of an earlier run), that one is brought up to date; else
+    where it holds the build's ConfigMap of an earlier version that the rewritten volumes named and no
+    pod template names any more, that one becomes the new one, in its place: the output is what should
+    be applied, and holds no build nothing mounts (the pods still running the old build keep their
+    mounted copy; whether the old object leaves the cluster is the applying tool's prune).
+    UsageError when the configuration contradicts itself.
     """
-    log: list[str] = []
-    if options.drain_after is not None:
-        warning = drain_warning(options.drain_after, options.window)
-        log += [warning] if warning else []
-    namespaces: list[str | None] = []
+    plan = plan_of(config)
+    walk = _Walk(config, plan, configmap_name(config, pyz))
+    if plan.drain_after is not None:
+        warning = drain_warning(plan.drain_after, plan.window)
+        walk.log += [warning] if warning else []
     changed: set[int] = set()
     seen = False
+    surroundings = Surroundings(docs)
     for index, top in enumerate(docs):
         for doc in flatten([top]):
             kind = doc.get("kind") if isinstance(doc, dict) else None
             where = f"{str(kind).lower()}/{_dig(doc, ('metadata', 'name'))}"
             if kind not in TEMPLATE_PATHS:
                 if kind not in (None, "List") and _has_containers(doc.get("spec") if isinstance(doc, dict) else None):
-                    log.append(
+                    walk.log.append(
                         f"{where}: skipped: kind {kind} is not supported (inject reads {SUPPORTED}); "
                         "its containers were left alone"
                     )
                     seen = True
                 continue
-            for spec, role in _templates(doc):
-                probed, here, any_seen = inject_pod(spec, role, options, where, log)
+            for spec, role, labels in _templates_labelled(doc):
+                namespace = _dig(doc, ("metadata", "namespace"))
+                here, any_seen = walk.pod(spec, role, where, namespace, surroundings.context(namespace, labels))
                 seen = seen or any_seen
                 if here:
                     changed.add(index)
-                if probed:
-                    namespace = _dig(doc, ("metadata", "namespace"))
-                    if namespace not in namespaces:
-                        namespaces.append(namespace)
     if not seen:
-        log.append("no inference container found: nothing injected (--container NAME picks one)")
-    for namespace in namespaces:
-        wanted = configmap(options.configmap, namespace, options.pyz)
-        existing = [
-            (i, doc)
-            for i, top in enumerate(docs)
-            for doc in flatten([top])
-            if isinstance(doc, dict)
-            and doc.get("kind") == "ConfigMap"
-            and _dig(doc, ("metadata", "name")) == options.configmap
-            and _dig(doc, ("metadata", "namespace")) == namespace
+        walk.log.append("no inference container found: nothing injected (--container NAME picks one)")
+    named = _still_named(docs) if walk.replaced else set()
+    for namespace in walk.namespaces:
+        wanted = configmap(walk.name, namespace, pyz)
+        maps = list(_configmaps(docs))
+        existing = [(i, doc) for i, doc, ns, name in maps if ns == namespace and name == walk.name]
+        stale = [
+            (i, doc, name)
+            for i, doc, ns, name in maps
+            if ns == namespace
+            and (ns, name) in walk.replaced
+            and (ns, name) not in named
+            and isinstance(doc.get("binaryData"), dict)
+            and PYZ_KEY in doc["binaryData"]
         ]
         if existing:
             index, doc = existing[0]
-            if doc != wanted:
-                doc.clear()
-                doc.update(wanted)
-                changed.add(index)
+        elif stale:
+            index, doc, old = stale[0]
+            where = f" in namespace {namespace}" if namespace is not None else ""
+            walk.log.append(
+                f"configmap/{old}{where}: replaced by configmap/{walk.name}, the build the probes now mount "
+                "(pods still running the old one keep their copy until they are replaced)"
+            )
         else:
             docs.append(wanted)
             changed.add(len(docs) - 1)
-    return docs, log, changed
+            continue
+        if doc != wanted:
+            doc.clear()
+            doc.update(wanted)
+            changed.add(index)
+    return docs, walk.log, changed

@@ -1,5 +1,6 @@
-"""Whether one container gets the probe, and how: a pure function of the container, its pod's role, and
-the options. No I/O; tests/test_inject_decide.py holds it as a table.
+"""Whether one container gets the probe, and how: a pure function of the container, its pod's role, the
+options, and what the input shows around it (the ConfigMaps and Services of its namespace). No I/O;
+tests/test_inject_decide.py holds it as a table.
 
 The rules, in order, each with its reason:
 
@@ -14,10 +15,18 @@ The rules, in order, each with its reason:
 4. Metrics off by the operator's choice (vLLM's --disable-log-stats registers no vllm: family): every
    run would fail, so skipped, saying so, wherever the flag is written: an argument, the command, a shell
    script, or the value of a variable the command expands.
-5. The port: a port flag anywhere in its command lines (resolved from its env), else the engine's own
-   port variable, else its containerPort, else, when its command is the engine's plain server (or the
-   image's entrypoint is), the engine's default, said to be assumed. A port that depends on what the
-   manifest does not say, or no port and no server command: skipped, since a wrong port fails every run.
+5. The port: only one the manifest shows the engine serves HTTP on, since a probe on any other fails
+   every run, and a startup probe that fails for its whole budget restarts a healthy engine forever.
+   Its port flag on the engine's server command (`$(VAR)` and `$VAR` resolved from env, envFrom and
+   configMapKeyRef of ConfigMaps in the input, in its namespace), else the engine's own port variable,
+   else its declared port: the one TCP containerPort, or among several the one named for HTTP (http,
+   http-*, *-http, api, openai; or the target of a Service port of its pod named so or with appProtocol
+   http). With its plain server as the command (or the image's entrypoint) and no flag, the engine serves
+   on its default, which a declared port must not contradict (but llama.cpp, whose image may set its
+   port variable, is read from its declared port). A script or image the manifest does not show is
+   proven by nothing it declares, unless --container names it. --port given to inject settles what the
+   manifest leaves open, but never overrides the engine's own flag or variable. Anything else (a
+   Secret, a ConfigMap not in the input, several ports none named for HTTP): skipped, saying so.
 6. Metrics not on (SGLang without --enable-metrics and llama.cpp without --metrics publish none): turned
    on (an argument appended, or for llama.cpp its variable set), said on stderr; an SGLang shell script
    cannot be edited safely: skipped.
@@ -25,43 +34,66 @@ The rules, in order, each with its reason:
    operator's and is kept unless --force.
 8. The startup guard: without a startupProbe and without initialDelaySeconds, a liveness probe runs
    while the model loads, fails, and the kubelet kills the container before it ever serves.
-9. Readiness (--drain-after): absent, a plain /health check or ours is (re)written; any other is kept
-   unless --force.
+9. Readiness (drain after --drain-after, 30 s, unless --no-ready): absent, a plain /health check or ours
+   is (re)written; any other is kept unless --force.
 """
 
 from __future__ import annotations
 
 from ..engines import DIALECTS
-from ..serving import SERVING
-from .shell import SHELLS, command_lines, env_values, flag_value, has_flag, normal
+from ..serving import PYZ_KEY, SERVING
+from .shell import SHELLS, Env, command_lines, environment, flag_value, has_flag, normal, references
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
     from typing import Any
 
-__all__ = ["Choice", "Decision", "decide", "engine_of", "is_ours", "is_plain_health_check"]
+__all__ = ["Choice", "Context", "Decision", "decide", "engine_of", "is_ours", "is_plain_health_check", "says_http"]
 
-PYZ_KEY = "stallprobe.pyz"
 # The roles a pod template plays: a plain pod, the leader of a LeaderWorkerSet group, one of its workers,
 # or the worker template of a set without a leader template (it makes the leader and the workers alike).
 ROLES = ("pod", "leader", "worker", "shared")
 LB_MODES = ("--data-parallel-hybrid-lb", "--data-parallel-external-lb")
 TRUE = ("1", "true", "on", "enabled", "yes")
+# Port names that say HTTP: these, or http-* (Istio's convention: a port's protocol, then a suffix) and
+# *-http. Not `metrics`: each engine serves /metrics on its one HTTP port, so a metrics port other than
+# that one is another process's (Ray's exporter, an exporter in a wrapper), and names nothing by itself.
+HTTP_NAMES = ("http", "api", "openai")
 
 
 class Choice:
-    """What the options say about the choice: --container, --engine, --force, --drain-after given."""
+    """What the options say about the choice: --container, --engine, --port, --force, --drain-after given."""
 
-    __slots__ = ("container", "drain", "engine", "force")
+    __slots__ = ("container", "drain", "engine", "force", "port")
 
     def __init__(
-        self, *, container: str | None = None, engine: str | None = None, force: bool = False, drain: bool = False
+        self,
+        *,
+        container: str | None = None,
+        engine: str | None = None,
+        force: bool = False,
+        drain: bool = False,
+        port: int | None = None,
     ) -> None:
         self.container = container
         self.engine = engine
         self.force = force
         self.drain = drain
+        self.port = port
+
+
+class Context:
+    """What the input shows around a container: the ConfigMaps of its namespace that it holds (name to
+    data), and the ports of the Services of that namespace whose selector selects its pod."""
+
+    __slots__ = ("configmaps", "service_ports")
+
+    def __init__(
+        self, configmaps: Mapping[str, Mapping[str, str]] | None = None, service_ports: Sequence[Any] = ()
+    ) -> None:
+        self.configmaps = configmaps or {}
+        self.service_ports = list(service_ports)
 
 
 class Decision:
@@ -196,14 +228,127 @@ def _metrics_off(lines: list[list[str]], flags: tuple[str, ...]) -> list[str]:
     return [flag for flag in flags if has_flag(pieces, (flag,))]
 
 
-def decide(container: Mapping[str, Any], role: str, choice: Choice) -> Decision:
-    """What to do with one container of a pod template playing `role` (one of ROLES)."""
+def says_http(name: Any) -> bool:
+    """Whether a port's name says it serves HTTP (HTTP_NAMES says which)."""
+    text = str(name)
+    return text in HTTP_NAMES or text.startswith("http-") or text.endswith("-http")
+
+
+def _tcp_ports(container: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return [
+        p
+        for p in container.get("ports") or []
+        if isinstance(p, dict) and "containerPort" in p and str(p.get("protocol", "TCP")) == "TCP"
+    ]
+
+
+def _declared(container: Mapping[str, Any], context: Context) -> tuple[int, str] | str:
+    """The port its TCP containerPorts say serves HTTP: the one there is, or among several the one named
+    for HTTP, or the one a Service's HTTP port targets (by name or number); else why not, or "" when it
+    declares none."""
+    ports = _tcp_ports(container)
+    targets = [
+        str(p.get("targetPort", p.get("port")))
+        for p in context.service_ports
+        if isinstance(p, dict) and (says_http(p.get("name")) or p.get("appProtocol") == "http")
+    ]
+    http = [p for p in ports if says_http(p.get("name")) or str(p.get("name")) in targets]
+    http += [p for p in ports if str(p["containerPort"]) in targets]
+    chosen = ports if len(ports) == 1 else http
+    numbers = sorted({str(p["containerPort"]) for p in chosen})
+    if len(numbers) == 1:
+        port = _port(numbers[0])
+        if port is None:
+            return f"its containerPort is {numbers[0]!r}, not a port"
+        label = "" if len(ports) == 1 else f" {chosen[0].get('name') or port}"
+        return port, f"its containerPort{label}"
+    if numbers:
+        return f"its containerPorts named for HTTP disagree ({', '.join(numbers)})"
+    shown = ", ".join(str(p["containerPort"]) for p in ports)
+    return f"none of its containerPorts ({shown}) is named for HTTP" if ports else ""
+
+
+def _port_of(
+    container: Mapping[str, Any],
+    engine: str | None,
+    env: Env,
+    *,
+    servers: list[list[str]],
+    lines: list[list[str]],
+    choice: Choice,
+    context: Context,
+) -> tuple[int, str] | str:
+    """The port the manifest shows the engine serves HTTP on, and where it says so; or why it shows none
+    (rule 5)."""
+    serving = SERVING.get(str(engine))
+    flags = serving.port_flags if serving else ("--port",)
+    # A port flag counts on the engine's server command, or on any command of the one --container names.
+    flagged = servers or (lines if choice.container is not None else [])
+    text = next((flag_value(w, flags) for w in reversed(flagged) if flag_value(w, flags) is not None), None)
+    # Its own port variable, when anything may set it: given, unknown, or perhaps from an unread envFrom.
+    maybe = [v for v in (serving.port_env if serving else ()) if not env.unset(v)]
+    own: tuple[int, str] | str | None = None  # what its own flag or variable says: the port, or why not
+    if text is not None:
+        port = _port(text)
+        names = references(text)
+        own = (
+            (port, f"{flags[0]} in its command")
+            if port
+            else f"its port is {text}: " + (env.why(names[0]) if names else "not a port (1-65535)")
+        )
+    elif maybe and maybe[0] in env.unknown:
+        own = f"its port is not known: {env.why(maybe[0])}"
+    elif maybe and maybe[0] in env.values:
+        port = _port(env.values[maybe[0]])
+        own = (port, maybe[0]) if port else f"its {maybe[0]} is {env.values[maybe[0]]!r}, not a port"
+    if choice.port is not None:
+        if isinstance(own, tuple) and own[0] != choice.port:
+            return f"its port is {own[0]} ({own[1]}), not the {choice.port} --port gives"
+        return choice.port, "--port given to inject"
+    if own is not None:
+        return own
+    declared = _declared(container, context)
+    if servers and not maybe:  # the engine's server, nothing setting its port: its default
+        default = next(d.port for d in DIALECTS if d.name == engine)
+        if isinstance(declared, tuple):
+            # An engine that reads a port variable may have it from its image's ENV, which the manifest
+            # does not show: there the containerPort says what the default cannot.
+            if declared[0] == default or (serving and serving.port_env):
+                return declared
+            return (
+                f"its command sets no port, so {engine} serves on its default {default}, "
+                f"but {declared[1]} is {declared[0]}"
+            )
+        numbers = [str(p["containerPort"]) for p in _tcp_ports(container)]
+        if not numbers or str(default) in numbers:
+            return default, f"assumed: {engine}'s default, as its command sets no port"
+        return (
+            f"its command sets no port, so {engine} serves on its default {default}, but its containerPorts are "
+            + ", ".join(numbers)
+        )
+    if isinstance(declared, tuple) and (servers or choice.container is not None):
+        return declared
+    if maybe:
+        return f"its port is not known: {env.why(maybe[0])}"
+    if choice.container is not None:
+        return f"its port is unknown: no port flag, and {declared or 'no containerPort'}"
+    if container.get("command") and lines:  # a script run by a shell is named with it: `bash start.sh`
+        shown = lines[0][:2] if lines[0][0].rpartition("/")[2] in SHELLS else lines[0][:1]
+        runs = f"it runs {' '.join(shown)}, not {engine}'s server"
+    else:
+        runs = f"its image {_image(container)} runs an entrypoint the manifest does not show"
+    return f"its port is not proven: {runs}"
+
+
+def decide(container: Mapping[str, Any], role: str, choice: Choice, context: Context | None = None) -> Decision:
+    """What to do with one container of a pod template playing `role` (one of ROLES), in `context`."""
     name = container.get("name")
     if choice.container is not None and name != choice.container:
         return Decision("ignore")
-    engine = choice.engine or engine_of(container)
-    if engine is None and choice.container is None:
-        return Decision("ignore")
+    found = engine_of(container)
+    if found is None and choice.container is None:  # --engine names the dialect, not the containers: a
+        return Decision("ignore")  # sidecar stays a sidecar
+    engine = choice.engine or found
     if role == "worker":
         return Decision("skip", "a LeaderWorkerSet worker: it joins the leader's engine and serves no HTTP")
     if role == "shared":
@@ -212,9 +357,10 @@ def decide(container: Mapping[str, Any], role: str, choice: Choice) -> Decision:
             "a LeaderWorkerSet without a leaderTemplate: this template makes the leader and its workers "
             "alike, and the workers serve no HTTP (give the leader its own template)",
         )
-    env = env_values(container)
+    context = context or Context()
+    env = environment(container, context.configmaps)
     if role == "leader":
-        env.setdefault("LWS_WORKER_INDEX", "0")  # what LeaderWorkerSet sets in the leader's pod
+        env.values.setdefault("LWS_WORKER_INDEX", "0")  # what LeaderWorkerSet sets in the leader's pod
     lines = command_lines(container, env)
     for words in lines:
         why = _worker(words)
@@ -227,48 +373,21 @@ def decide(container: Mapping[str, Any], role: str, choice: Choice) -> Decision:
         return Decision(
             "skip", f"metrics are off ({off[0]}): {engine} publishes no {family}: family, so a probe could only fail"
         )
-    flags = serving.port_flags if serving else ("--port",)
     servers = [words for words in lines if serving and _is_server(words, serving.servers)]
     image = _image(container)
     entry = bool(serving and not container.get("command") and any(i in image for i in serving.images))
     if entry:  # args alone go to the image's entrypoint, the server
         servers = lines or [[]]
     candidates = servers or lines
-    port_text = next((flag_value(w, flags) for w in reversed(candidates) if flag_value(w, flags) is not None), None)
-    port = _port(port_text)
-    if port_text is not None:
-        if port is None:
-            return Decision("skip", f"its port is {port_text}, which the manifest does not resolve")
-        port_from = f"{flags[0]} in its command"
-    else:
-        variables = [v for v in (serving.port_env if serving else ()) if v in env]
-        ports = [p for p in container.get("ports") or [] if isinstance(p, dict) and "containerPort" in p]
-        named = [p for p in ports if p.get("name") == "http"] or ports
-        if variables:
-            variable = variables[0]
-            port = _port(env[variable])
-            if port is None:
-                return Decision("skip", f"its {variable} is {env[variable]!r}, not a port")
-            port_from = variable
-        elif named:
-            port = _port(str(named[0]["containerPort"]))
-            if port is None:
-                return Decision("skip", f"its containerPort is {named[0]['containerPort']!r}, not a port")
-            port_from = "its containerPort"
-        elif servers and engine is not None:
-            port = next(d.port for d in DIALECTS if d.name == engine)
-            port_from = f"assumed: {engine}'s default, as its command sets no port"
-        else:
-            return Decision(
-                "skip",
-                "its port is unknown: no port flag, no containerPort, and its command is not the engine's "
-                "server (--container NAME with a --port, or a containerPort, says which)",
-            )
+    found_port = _port_of(container, engine, env, servers=servers, lines=lines, choice=choice, context=context)
+    if isinstance(found_port, str):
+        return Decision("skip", f"{found_port} (--container {name or 'NAME'} --port N settles it)")
+    port, port_from = found_port
     server_words = [word for words in candidates for word in words]
     enable = ("", "")
     if serving is not None:
         on = has_flag(server_words, serving.metrics_on) or any(
-            variable in env and env[variable].lower() in TRUE for variable in serving.metrics_env
+            variable in env.values and env.values[variable].lower() in TRUE for variable in serving.metrics_env
         )
         if serving.metrics_on and not on:
             raw = _words(container)
@@ -287,7 +406,7 @@ def decide(container: Mapping[str, Any], role: str, choice: Choice) -> Decision:
     if serving is not None:
         host = (
             flag_value(server_words, ("--host",))
-            or next((env[v] for v in serving.host_env if v in env), None)
+            or next((env.values[v] for v in serving.host_env if v in env.values), None)
             or serving.default_host
         )
         loopback = host.startswith("127.") or host in ("localhost", "::1")

@@ -1,10 +1,18 @@
 """A container's command lines as the kubelet and a shell would see them: pure, no I/O.
 
-The kubelet first replaces `$(VAR)` in `command` and `args` with the value of a variable the container's
-`env` sets (`$$` escapes it); a variable it does not know is left as written. When the container runs
+The container's variables are read as the kubelet sets them: each `envFrom` source in order (a later one
+wins; a `prefix` goes before each key), then each `env` entry in order (it wins over `envFrom`, and a
+name given twice takes the last), with `$(VAR)` in an `env` value replaced from what is set before it.
+A ConfigMap is read when the input holds it (the caller passes those of the pod's namespace); a Secret,
+a field of the pod, or a ConfigMap the input does not hold gives a value inject cannot know, and an
+`envFrom` it cannot read may set any variable at all. Each unknown variable keeps why it is unknown.
+
+The kubelet then replaces `$(VAR)` in `command` and `args` with the value of a variable the container
+sets (`$$` escapes it); a variable it does not know is left as written. When the container runs
 `sh -c SCRIPT` (or bash, dash, ...), the script is split into words as a shell splits them (quotes,
 backslash-newline continuations, comments), into commands at `;`, `&&`, `||`, `|`, `&` and newlines,
-and `$VAR`, `${VAR}` and `${VAR:-default}` are replaced where the env gives the value. Each command is
+and `$VAR`, `${VAR}` and `${VAR:-default}` are replaced where the env gives the value (the default only
+where the variable is surely unset). Each command is
 then a list of words, with `--flag_name` spelled `--flag-name` (vLLM's and SGLang's parsers take both).
 A word that still holds a `$` depends on something the manifest does not say.
 """
@@ -18,12 +26,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "UNRESOLVED",
+    "Env",
     "command_lines",
-    "env_values",
+    "environment",
     "flag_value",
     "has_flag",
     "k8s_expand",
     "normal",
+    "references",
     "shell_words",
 ]
 
@@ -37,14 +47,83 @@ UNRESOLVED = "$"
 PUNCTUATION = ";&|()\n"
 
 
-def env_values(container: Mapping[str, Any]) -> dict[str, str]:
-    """The variables the container's `env` sets to a literal value (later entries may use earlier ones,
-    as the kubelet expands them in order); valueFrom variables are unknown here."""
-    values: dict[str, str] = {}
+class Env:
+    """A container's variables: `values`, those the input gives; `unknown`, those set to what it does not
+    show (each with where from); `hidden`, the sources that may set any other variable."""
+
+    __slots__ = ("hidden", "unknown", "values")
+
+    def __init__(self, values: dict[str, str] | None = None, unknown: dict[str, str] | None = None) -> None:
+        self.values = values or {}
+        self.unknown = unknown or {}
+        self.hidden: list[str] = []  # each envFrom inject cannot read
+
+    def unset(self, name: str) -> bool:
+        """Whether the variable is surely not set."""
+        return not self.hidden and name not in self.values and name not in self.unknown
+
+    def why(self, name: str) -> str:
+        """Why the variable's value is not known."""
+        if name in self.unknown:
+            return f"{name} is {self.unknown[name]}"
+        if self.hidden:
+            return f"{name} may come from {self.hidden[-1]}"
+        return f"{name} is set nowhere in the manifest"
+
+
+def _refs(item: Any, key: str) -> str:
+    ref = item.get(key)
+    return str(ref.get("name")) if isinstance(ref, dict) else ""
+
+
+def environment(container: Mapping[str, Any], configmaps: Mapping[str, Mapping[str, str]] | None = None) -> Env:
+    """The container's variables, as the kubelet sets them (the module's doc says how), from the
+    ConfigMaps of its namespace that the input holds (name to data)."""
+    maps = configmaps or {}
+    env = Env()
+    for source in container.get("envFrom") or []:
+        if not isinstance(source, dict):
+            continue
+        name = _refs(source, "configMapRef")
+        if name in maps:
+            prefix = str(source.get("prefix") or "")
+            for key, value in maps[name].items():
+                env.values[prefix + key] = str(value)  # Helm may render a number unquoted
+                env.unknown.pop(prefix + key, None)
+        elif name or _refs(source, "secretRef"):
+            where = (
+                f"ConfigMap {name}, which is not in the input"
+                if name
+                else (f"Secret {_refs(source, 'secretRef')}, which inject does not read")
+            )
+            env.hidden.append(f"its envFrom {where}")
+            # What came before may be overwritten by it.
+            env.unknown.update(dict.fromkeys(env.values, f"perhaps overwritten by its envFrom {where}"))
+            env.values.clear()
     for entry in container.get("env") or []:
-        if isinstance(entry, dict) and isinstance(entry.get("name"), str) and "value" in entry:
-            values[entry["name"]] = k8s_expand(str(entry["value"]), values)
-    return values
+        if not (isinstance(entry, dict) and isinstance(entry.get("name"), str)):
+            continue
+        name = entry["name"]
+        env.values.pop(name, None)
+        env.unknown.pop(name, None)
+        source = entry.get("valueFrom")
+        if not isinstance(source, dict):
+            env.values[name] = k8s_expand(str(entry.get("value", "")), env.values)
+            continue
+        ref = source.get("configMapKeyRef")
+        if isinstance(ref, dict):
+            configmap, key = str(ref.get("name")), str(ref.get("key"))
+            if configmap not in maps:
+                env.unknown[name] = f"key {key} of ConfigMap {configmap}, which is not in the input"
+            elif key in maps[configmap]:
+                env.values[name] = str(maps[configmap][key])
+            elif ref.get("optional") is not True:  # the container does not start
+                env.unknown[name] = f"key {key} of ConfigMap {configmap}, which has no such key"
+        elif _refs(source, "secretKeyRef"):
+            env.unknown[name] = f"from Secret {_refs(source, 'secretKeyRef')}, which inject does not read"
+        else:
+            env.unknown[name] = f"from its {next(iter(source), 'valueFrom')}, which the manifest does not show"
+    return env
 
 
 def k8s_expand(text: str, env: Mapping[str, str]) -> str:
@@ -61,25 +140,26 @@ def _k8s_references(text: str, env: Mapping[str, str]) -> str:
     return "".join(out)
 
 
-def _shell_expand(word: str, env: Mapping[str, str]) -> str:
-    """$VAR, ${VAR} and ${VAR:-default} replaced where the env gives the value (or the default does)."""
+def _shell_expand(word: str, env: Env) -> str:
+    """$VAR, ${VAR} and ${VAR:-default} replaced where the env gives the value (or, where the variable is
+    surely unset, the default does)."""
     import re  # shlex, which splits the words, imports it anyway
 
     def value(reference: re.Match[str]) -> str:
         braced, closed, plain = reference.groups()
         if plain is not None:
-            return env.get(plain, reference[0])
+            return env.values.get(plain, reference[0])
         name, sep, default = braced.partition(":-")
-        if closed and name in env:
-            return env[name]
-        if closed and sep and UNRESOLVED not in default:
+        if closed and name in env.values:
+            return env.values[name]
+        if closed and sep and UNRESOLVED not in default and env.unset(name):
             return default
         return reference[0]  # unclosed (the rest of the word), or unknown: as written
 
     return re.sub(r"\$\{([^}]*)(\}?)|\$(\w+)", value, word)
 
 
-def shell_words(script: str, env: Mapping[str, str]) -> list[list[str]]:
+def shell_words(script: str, env: Env) -> list[list[str]]:
     """The commands of a shell script, each a list of words. A script that cannot be split (an
     unclosed quote) gives no commands: nothing is guessed from it."""
     import shlex
@@ -109,9 +189,12 @@ def normal(word: str) -> str:
     return flag.replace("_", "-") + eq + value
 
 
-def command_lines(container: Mapping[str, Any], env: Mapping[str, str]) -> list[list[str]]:
+def command_lines(container: Mapping[str, Any], env: Env) -> list[list[str]]:
     """The command lines the container runs: its command and args, or each command of its shell script."""
-    words = [k8s_expand(str(word), env) for word in [*(container.get("command") or []), *(container.get("args") or [])]]
+    words = [
+        k8s_expand(str(word), env.values)
+        for word in [*(container.get("command") or []), *(container.get("args") or [])]
+    ]
     if not words:
         return []
     if words[0].rpartition("/")[2] in SHELLS:
@@ -122,6 +205,13 @@ def command_lines(container: Mapping[str, Any], env: Mapping[str, str]) -> list[
             if "c" in word[1:] and not word.startswith("--") and i + 1 < len(words):
                 return [[normal(w) for w in command] for command in shell_words(words[i + 1], env)]
     return [[normal(word) for word in words]]
+
+
+def references(text: str) -> list[str]:
+    """The variables a word still refers to: `$(VAR)`, `${VAR...}`, `$VAR`."""
+    import re
+
+    return [next(name for name in found if name) for found in re.findall(r"\$\((\w+)\)|\$\{(\w+)|\$(\w+)", text)]
 
 
 def has_flag(words: list[str], flags: tuple[str, ...]) -> bool:

@@ -17,8 +17,12 @@ import time
 
 from ..console import show, silence, tell
 from ..errors import ExitCode, UsageError
-from ..options import WATCH, api_key, help_page, parse, url
+from ..helppage import help_page
+from ..options import WATCH
+from ..readers import read_url
 from ..report import drain_warning
+from ..scrape import api_key
+from ..settings import parse
 from .hooks import HOOK_FLAGS
 from .poll import Watch, WatchConfig
 from .view import Output, once_code
@@ -84,7 +88,7 @@ def configure(argv: Sequence[str], environ: Mapping[str, str]) -> WatchConfig | 
     if not urls:
         raise UsageError("at least one URL is required")
     for text in urls:
-        url("URL", text)
+        read_url("URL", text)
         if urls.count(text) > 1:
             raise UsageError(f"URL {text!r} given {urls.count(text)} times")
     config.urls = urls

@@ -22,8 +22,9 @@ import time
 from ..detector import EnginesAssessment, Verdict, assess_engines, readiness
 from ..errors import ScrapeError, StallprobeError
 from ..observe import budget, observe, silent
-from ..options import WATCH, LookSettings
+from ..options import WATCH
 from ..report import ERROR, UNREACHABLE, describe, note, num, precision, ready_line, secs, verdict_code
+from ..settings import LookSettings
 from .hooks import Memory, consider
 from .runner import Runner
 

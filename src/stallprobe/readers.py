@@ -1,0 +1,170 @@
+"""How each flag's text becomes its value: one reader a kind of value, each `(the name to blame, the text
+given) -> the value`, or a UsageError that names the flag (or the variable) and quotes the value.
+"""
+
+from __future__ import annotations
+
+from .engines import ENGINE_NAMES
+from .errors import UsageError
+
+__all__ = [
+    "MAXIMUM",
+    "read_address",
+    "read_command",
+    "read_count",
+    "read_dns_name",
+    "read_engine",
+    "read_engine_label",
+    "read_metric_name",
+    "read_non_negative",
+    "read_nonempty",
+    "read_port",
+    "read_positive",
+    "read_switch",
+    "read_url",
+    "read_waiting",
+    "shown",
+    "waiting_word",
+]
+
+# The largest number a seconds or count flag takes: 10^7 s is 115 days, far past any sane window or
+# timeout, and far under what the system calls take (a socket timeout or a sleep of 10^10 s overflows).
+MAXIMUM = 1e7
+
+
+def read_positive(name: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):  # NaN fails too
+        raise UsageError(f"{name} must be a number > 0 (got {shown(text)})")
+    return _at_most(name, value, text)
+
+
+def read_non_negative(name: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise UsageError(f"{name} must be a number >= 0 (got {shown(text)})")
+    return _at_most(name, value, text)
+
+
+def read_count(name: str, text: str) -> int:
+    # isdigit() alone takes "²"; past 4300 digits int() itself refuses (Python's guard against slow parsing).
+    if not (len(text) <= 18 and text.isascii() and text.isdigit() and int(text) >= 1):
+        raise UsageError(f"{name} must be a whole number >= 1 (got {shown(text)})")
+    return int(_at_most(name, int(text), text))
+
+
+def _at_most(name: str, value: float, text: str) -> float:
+    if value > MAXIMUM:
+        raise UsageError(f"{name} must be at most {MAXIMUM:.0f} (got {shown(text)})")
+    return value
+
+
+def read_port(name: str, text: str) -> int:
+    # A TCP port: a whole number 1-65535 as written (not 8000.5, not 0, which asks the kernel for any).
+    if not (len(text) <= 5 and text.isascii() and text.isdigit() and 0 < int(text) < 65536):
+        raise UsageError(f"{name} must be a port number, 1-65535 (got {shown(text)})")
+    return int(text)
+
+
+def read_switch(name: str, text: str) -> bool:
+    if text.lower() in ("1", "true", "yes", "on"):
+        return True
+    if text.lower() in ("", "0", "false", "no", "off"):
+        return False
+    raise UsageError(f"{name} must be 1 or 0 (got {text!r})")
+
+
+# --include-waiting: which waiting requests are work the engine owes. The words, and the switch's old
+# spellings (a bare flag, 1/0 in the environment), which keep their meaning.
+_WAITING = {"auto": None, "always": True, "never": False}
+_WAITING_ALIASES = {"": None, "1": True, "true": True, "yes": True, "on": True}
+_WAITING_ALIASES.update({"0": False, "false": False, "no": False, "off": False})
+
+
+def read_waiting(name: str, text: str) -> bool | None:
+    """auto (None: those waiting for capacity while nothing runs), always (True) or never (False)."""
+    key = text.strip().lower()
+    if key in _WAITING:
+        return _WAITING[key]
+    if key in _WAITING_ALIASES:
+        return _WAITING_ALIASES[key]
+    raise UsageError(f"{name} must be auto, always or never (got {shown(text)})")
+
+
+def waiting_word(value: bool | None) -> str:
+    """The word that --include-waiting reads back as `value`."""
+    return next(word for word, mode in _WAITING.items() if mode is value)
+
+
+def read_metric_name(name: str, text: str) -> str:
+    # Prometheus metric names: letters, digits, _ and :, not starting with a digit.
+    ok = text and not text[0].isdigit() and all(ch.isascii() and (ch.isalnum() or ch in "_:") for ch in text)
+    if not ok:
+        raise UsageError(f"{name} must be a Prometheus metric name (got {text!r})")
+    return text
+
+
+def read_engine(name: str, text: str) -> str:
+    if text.lower() not in ENGINE_NAMES:
+        raise UsageError(f"{name} must be one of {', '.join(ENGINE_NAMES)} (got {text!r})")
+    return text.lower()
+
+
+def read_engine_label(name: str, text: str) -> str:
+    # "none" (or empty) reads the page as one engine; otherwise a label name.
+    return "" if text.lower() in ("", "none") else text
+
+
+def read_url(name: str, text: str) -> str:
+    from .scrape import parse_url  # only for a URL: scrape loads the socket module
+
+    try:
+        parse_url(text)
+    except ValueError as exc:
+        raise UsageError(f"{name} {exc} (got {text!r})") from None
+    return text
+
+
+def read_nonempty(name: str, text: str) -> str:
+    if not text:
+        raise UsageError(f"{name} must not be empty")
+    return text
+
+
+def read_dns_name(name: str, text: str) -> str:
+    if not text or len(text) > 253 or not all(ch in "abcdefghijklmnopqrstuvwxyz0123456789-." for ch in text):
+        raise UsageError(f"{name} must be a DNS subdomain name (got {text!r})")
+    return text
+
+
+def read_address(name: str, text: str) -> tuple[str, int]:
+    """HOST:PORT (an IPv6 host in brackets), for a server to listen on; port 0 picks a free one."""
+    host, _, port = text.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not host or not (len(port) <= 5 and port.isascii() and port.isdigit() and int(port) < 65536):
+        raise UsageError(f"{name} must be HOST:PORT (got {shown(text)})")
+    return host, int(port)
+
+
+def read_command(name: str, text: str) -> tuple[str, ...]:
+    """A command line, split as a shell would split it (but run without one)."""
+    import shlex  # only for watch's hooks: shlex loads re
+
+    try:
+        argv = shlex.split(text)
+    except ValueError as exc:
+        raise UsageError(f"{name} cannot be split into words: {exc} (got {text!r})") from None
+    if not argv:
+        raise UsageError(f"{name} must name a command (got {text!r})")
+    return tuple(argv)
+
+
+def shown(text: str) -> str:
+    """An argument as an error line quotes it: repr, cut to 200 characters (a line stays one line)."""
+    return repr(text) if len(text) <= 200 else repr(text[:200]) + "..."

@@ -1,0 +1,99 @@
+"""The engine's routes beyond /metrics (api.py), in process: the JSON reader that spares a stuck-looking
+engine's run the json import, and each question against a fake exchange."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from stallprobe import api
+from stallprobe.errors import ScrapeError, ScrapeTimeout
+from stallprobe.scrape import Answer
+
+# (text, what json.loads reads): the answers the engines give, and the edges of the fast reader.
+READS: list[tuple[str, object]] = [
+    ('{"is_paused":false}', {"is_paused": False}),
+    ('{"is_paused": true}', {"is_paused": True}),
+    ('{"server_load":3}', {"server_load": 3}),
+    (' { "a" : -0.5 , "b" : null, "c": "x y" }\n', {"a": -0.5, "b": None, "c": "x y"}),
+    ("{}", {}),
+    ('{"a":1,"a":2}', {"a": 2}),
+    ('{"a":{"b":1}}', {"a": {"b": 1}}),  # nested: json reads it
+    ('{"a":[1,2]}', {"a": [1, 2]}),
+    ('{"a":1e3}', {"a": 1000.0}),
+    ('{"a":"\\u00e9"}', {"a": "\u00e9"}),
+    ("[1]", [1]),
+    ("true", True),
+]
+REFUSED = ['{"a":1,}', '{"a":01}', '{"a":.5}', '{"a":-}', '{"a" 1}', "{a:1}", '{"a":"x\ny"}', "{", "", '{"a":tru}']
+
+
+@pytest.mark.parametrize(("text", "expected"), READS)
+def test_loads_reads_as_json_does(text: str, expected: object) -> None:
+    assert READS
+    assert api.loads(text) == json.loads(text) == expected
+
+
+@pytest.mark.parametrize("text", REFUSED)
+def test_loads_refuses_what_json_refuses(text: str) -> None:
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(text)
+    with pytest.raises(json.JSONDecodeError):
+        api.loads(text)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet='{}[]":,. -0123456789eEtruflsnab\\\n\t', max_size=40))
+def test_the_fast_reader_never_disagrees_with_json(text: str) -> None:
+    flat = api._flat(text)
+    if flat is not None:
+        assert json.loads(text) == flat
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.dictionaries(
+        st.text(alphabet="abc_xyz", max_size=8),
+        st.one_of(st.booleans(), st.none(), st.integers(-(10**6), 10**6), st.text(alphabet="ab c", max_size=5)),
+        max_size=5,
+    ),
+    st.sampled_from([(",", ":"), (", ", ": "), (" , ", " : ")]),
+)
+def test_the_fast_reader_reads_every_flat_object(data: dict[str, object], separators: tuple[str, str]) -> None:
+    text = json.dumps(data, separators=separators)
+    assert api._flat(text) == data
+
+
+def answering(code: int, body: bytes) -> object:
+    def exchange(url: str, timeout: float, **kwargs: object) -> Answer:
+        return Answer(code, "", {}, body)
+
+    return exchange
+
+
+@pytest.mark.parametrize(
+    ("code", "body", "paused"),
+    [
+        (200, b'{"is_paused":true}', True),
+        (200, b'{"is_paused":false}', False),
+        (200, b'{"is_paused":"true"}', False),  # only a JSON true is a pause
+        (200, b"<html>", False),
+        (404, b'{"is_paused":true}', False),  # a route the engine does not serve says nothing
+        (500, b"", False),
+    ],
+)
+def test_is_paused_believes_only_a_true(monkeypatch: pytest.MonkeyPatch, code: int, body: bytes, paused: bool) -> None:
+    monkeypatch.setattr(api, "exchange", answering(code, body))
+    assert api.is_paused("http://e", "/is_paused", "") is paused
+
+
+@pytest.mark.parametrize("error", [ScrapeError("refused"), ScrapeTimeout("no answer")])
+def test_no_answer_is_never_paused(monkeypatch: pytest.MonkeyPatch, error: Exception) -> None:
+    def fail(url: str, timeout: float, **kwargs: object) -> Answer:
+        raise error
+
+    monkeypatch.setattr(api, "exchange", fail)
+    assert api.is_paused("http://e", "/is_paused", "") is False
