@@ -2,8 +2,9 @@
 and the stream parsed once, however many documents change.
 
 The golden files under tests/fixtures/inject-golden/ were written by the implementation that parsed every
-changed document four times; the one that parses it once must write the same bytes (stdout, the log on
-stderr and the exit code). A fixed --pyz (tests/fixtures/inject-golden/fixed.pyz) keeps the ConfigMap's
+changed document five times, and checked each splice by loading it again; the one that parses it once must
+write the same bytes (stdout, the log on stderr and the exit code), and, in whatever style a manifest is
+written, the same documents. A fixed --pyz (tests/fixtures/inject-golden/fixed.pyz) keeps the ConfigMap's
 binaryData from changing with the code.
 
 A change that is meant to change the output regenerates them, and the diff is then read in review:
@@ -25,6 +26,7 @@ from stallprobe.cli import main
 from stallprobe.errors import InjectError
 from stallprobe.inject import read_documents
 from stallprobe.inject.manifests import MAX_DEPTH
+from stallprobe.inject.splice import same
 
 GOLDEN = REPO / "tests" / "fixtures" / "inject-golden"
 PYZ = GOLDEN / "fixed.pyz"
@@ -74,6 +76,49 @@ def test_inject_writes_what_it_wrote(path: Path, flags: str) -> None:
 
 def test_every_golden_file_has_its_case() -> None:
     assert sorted((GOLDEN / "out").iterdir()) == sorted(_golden(path, flags) for path, flags in CASES)
+
+
+# The same documents in the styles a person, a dumper or a chart writes: indentations, and flow collections.
+STYLES: dict[str, tuple[int, int, int, bool | None]] = {
+    "indent-4-dash-2": (4, 4, 2, False),
+    "indent-2-dash-0": (2, 2, 0, False),
+    "indent-3-dash-0": (3, 3, 0, False),
+    "flow": (2, 2, 0, True),
+    "flow-leaves": (2, 2, 0, None),
+}
+RESTYLED = [
+    (path, style)
+    for path in INPUTS
+    for style in STYLES
+    if path.suffix == ".yaml" and b"exit 0," in _golden(path, "all").read_bytes()
+]
+
+
+def _documents(made: bytes) -> tuple[list[object], str]:
+    """The documents of an answer and its log."""
+    out, _, rest = made.decode().rpartition("\n=== exit ")
+    return list(YAML(typ="rt").load_all(out)), rest
+
+
+@pytest.mark.parametrize(("path", "style"), RESTYLED, ids=[f"{path.name}-{style}" for path, style in RESTYLED])
+def test_the_splice_writes_the_same_documents_in_every_style(path: Path, style: str, tmp_path: Path) -> None:
+    """What a splice writes is no longer loaded again and compared at run time: here it is, for every
+    manifest rewritten in other styles (the comments kept, where they fall), against the golden output."""
+    mapping, sequence, offset, flow = STYLES[style]
+    writer = YAML(typ="rt")
+    writer.indent(mapping=mapping, sequence=sequence, offset=offset)
+    writer.default_flow_style = flow
+    writer.width = 4096
+    documents = list(YAML(typ="rt").load_all(path.read_text()))
+    restyled = tmp_path / path.name
+    with restyled.open("w") as f:
+        writer.dump_all(documents, f)
+    (made, log), (golden, golden_log) = (
+        _documents(_inject(restyled, "all")),
+        _documents(_golden(path, "all").read_bytes()),
+    )
+    assert same(made, golden)  # order of keys, types of scalars and all
+    assert log == golden_log
 
 
 DEPLOYMENT = """\
