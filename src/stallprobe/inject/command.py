@@ -26,7 +26,7 @@ from ..options import INJECT
 from ..settings import parse
 from .core import InjectConfig, configmap, configmap_name, container_fields, inject, plan_of, volume
 from .decide import Decision
-from .manifests import MAX_BYTES, Manifests, decode, dump_yaml, read_documents, write_documents
+from .manifests import MAX_BYTES, decode, dump_yaml, read_documents, write_documents
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -206,11 +206,11 @@ def main(argv: Sequence[str]) -> int:
             raise InjectError("the ResourceList has no items list (a KRM function gets its resources there)")
         items, log, changed = inject(list(items), config, _pyz(config))
         resource_list["items"] = items
-        out = Manifests(manifests.form, [resource_list], manifests.texts, manifests.lines)
+        out = manifests.with_docs([resource_list])
         changed = {0} if changed else set()
     else:
         docs, log, changed = inject(manifests.docs, config, _pyz(config))
-        out = Manifests(manifests.form, docs, manifests.texts, manifests.lines)
+        out = manifests.with_docs(docs)
     if config.check:
         _say(log)
         return ExitCode.CHANGES if changed else ExitCode.OK

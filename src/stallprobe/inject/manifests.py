@@ -1,10 +1,13 @@
 """Reading and writing manifests so that a file comes back as it went in, but for the probe.
 
-YAML goes through ruamel.yaml's round-trip mode, one document at a time: the text is cut at each
-document's start (from the parser's own marks, never by searching for `---`). A document inject did not
-change is written back as its original text, byte for byte; a changed one as its original text with only
-the changed parts rewritten (splice.py), every other line, comment and blank line as it was. JSON needs
-nothing but the standard library.
+YAML goes through ruamel.yaml's round-trip mode, the whole stream parsed once: its events are checked
+against the limits below as they come, composed into one node tree per document and constructed, and the
+text is cut at each document's start (from the parser's own marks, never by searching for `---`). A
+document inject did not change is written back as its original text, byte for byte; a changed one as its
+original text with only the changed parts rewritten (splice.py) from the nodes that one parse kept, every
+other line, comment and blank line as it was. ruamel.yaml's parser is pure Python, a few ms per small
+Deployment, and that parse is most of what inject costs: it is never repeated (scripts/bench-inject
+measures it against LibYAML's C loader). JSON needs nothing but the standard library.
 
 The input is checked before anything builds on it, each a clear error rather than a hang, a traceback or
 a machine out of memory: UTF-8 text, at most MAX_BYTES; nested at most MAX_DEPTH deep; its aliases (YAML's
@@ -35,7 +38,7 @@ __all__ = [
 ]
 
 # Kubernetes caps one object at 1.5 MiB (etcd's request limit); a chart's render or a kustomization's
-# resources rarely pass a few MiB, and ruamel.yaml reads about 0.2 MB/s, so 16 MiB is over a minute of
+# resources rarely pass a few MiB, and ruamel.yaml reads about 0.5 MB/s, so 16 MiB is half a minute of
 # work already: more is a mistake (`-f /dev/zero`, the wrong file).
 MAX_BYTES = 16 * 1024 * 1024
 # A Pod is about 12 levels deep, a CRD's schema 30; past 100 is no manifest, and deep enough nesting would
@@ -51,14 +54,45 @@ NO_RUAMEL = (
 
 
 class Manifests:
-    """The documents read, the format ("json" or "yaml"), and for YAML the text of each document and the
-    line it starts on."""
+    """The documents read, the format ("json" or "yaml"), and for YAML the text of each document, the line
+    it starts on, and what the one parse of the stream left for writing a changed document back: each
+    document's composed root node (None where it must be read again from its text) and where its text starts
+    in the stream (the nodes' marks count from the stream's start), and the YAML instance that composed them."""
 
-    def __init__(self, form: str, docs: list[Any], texts: list[str], lines: list[int]) -> None:
+    def __init__(
+        self,
+        form: str,
+        docs: list[Any],
+        texts: list[str],
+        lines: list[int],
+        *,
+        nodes: list[Any] | None = None,
+        starts: list[int] | None = None,
+        reader: Any = None,
+    ) -> None:
         self.form = form
         self.docs = docs
         self.texts = texts  # "" for a document that was not in the input
         self.lines = lines
+        self.nodes = nodes or []
+        self.starts = starts or []
+        self.reader = reader
+
+    def with_docs(self, docs: list[Any]) -> Manifests:
+        """The same input, holding other documents: what was read of the input stays with the text it was read
+        from."""
+        return Manifests(
+            self.form, docs, self.texts, self.lines, nodes=self.nodes, starts=self.starts, reader=self.reader
+        )
+
+    def source(self, index: int) -> tuple[Any, Any, int] | None:
+        """Document `index` as it was read, for splice(): (its root node, its value as read, built again from
+        the node, as inject changed the first one in place; where its text starts), or None where the node is
+        unknown or was changed in the reading (a merge key's)."""
+        node = self.nodes[index] if index < len(self.nodes) else None
+        if node is None or self.reader is None:
+            return None
+        return node, self.reader.constructor.construct_document(node), self.starts[index]
 
 
 def decode(data: bytes) -> str:
@@ -164,56 +198,90 @@ def _read_json(text: str) -> Manifests:
 # --- YAML
 
 
-def _scan(text: str) -> list[int]:
-    """Where each document of the stream starts (from the parser's events, which come one by one: a
-    stream that nests too deep or expands too far is stopped before anything is built from it)."""
-    from ruamel.yaml import YAML
-    from ruamel.yaml.error import YAMLError
-    from ruamel.yaml.events import (
-        AliasEvent,
-        CollectionEndEvent,
-        CollectionStartEvent,
-        DocumentStartEvent,
-        NodeEvent,
-    )
+class _Acyclic:
+    """The cycle collector off while YAML is read or written: a stream's nodes and documents are a few
+    hundred thousand objects, none in a cycle, that every full collection would walk again (8% of a run of
+    2,000 Deployments). Put back as it was after."""
 
-    starts: list[int] = []
-    open_: list[list[Any]] = []  # per open collection: [its anchor, its nodes so far]
-    sizes: dict[str, int] = {}  # anchor -> how many nodes it stands for
-    total = 0
-    try:
-        for event in YAML(typ="rt").parse(text):
-            if isinstance(event, DocumentStartEvent):
-                starts.append(event.start_mark.index)
-                continue
-            if isinstance(event, CollectionStartEvent):
-                open_.append([event.anchor, 1])
-                if len(open_) > MAX_DEPTH:
-                    raise InjectError(f"the input nests deeper than {MAX_DEPTH} levels, which is no manifest")
-                continue
-            if isinstance(event, CollectionEndEvent):
-                anchor, size = open_.pop()
-            elif isinstance(event, AliasEvent):
-                if any(event.anchor == anchor for anchor, _ in open_):
-                    raise InjectError("the input holds an alias inside its own anchor, a structure without end")
-                anchor, size = None, sizes.get(event.anchor, 1)
-            elif isinstance(event, NodeEvent):
-                anchor, size = event.anchor, 1
-            else:
-                continue
-            if anchor is not None:
-                sizes[anchor] = size
-            if open_:
-                open_[-1][1] += size
-            else:
-                total += size
-            if total > MAX_NODES or (open_ and open_[-1][1] > MAX_NODES):
-                raise InjectError(
-                    f"the input's aliases expand to more than {MAX_NODES} nodes (a billion laughs?), "
-                    "which is no manifest"
-                )
-    except YAMLError as exc:
-        raise InjectError(f"the input is not valid YAML: {_problem(exc)}") from None
+    def __enter__(self) -> None:
+        import gc
+
+        self.was = gc.isenabled()
+        gc.disable()
+
+    def __exit__(self, *exc: object) -> None:
+        import gc
+
+        if self.was:
+            gc.enable()
+
+
+class _Checked:
+    """The parser, as the composer sees it: every event passes the limits on its way (one by one, so a
+    stream that nests too deep or expands too far is stopped before anything is built from it), and where
+    each document starts is noted."""
+
+    def __init__(self, parser: Any) -> None:
+        from ruamel.yaml import events
+
+        self.events = events
+        self.parser = parser
+        self.check_event = parser.check_event
+        self.peek_event = parser.peek_event
+        self.starts: list[int] = []  # where each document's first event is
+        self.merges: set[int] = set()  # the documents that may hold a merge key (`<<`), by number
+        self.open: list[list[Any]] = []  # per open collection: [its anchor, its nodes so far]
+        self.sizes: dict[str, int] = {}  # anchor -> how many nodes it stands for
+        self.total = 0
+
+    def get_event(self) -> Any:
+        event = self.parser.get_event()
+        self._check(event)
+        return event
+
+    def drain(self) -> None:
+        """The rest of the stream, checked as the composer would have checked it."""
+        while not self.parser.check_event(self.events.StreamEndEvent):
+            self.get_event()
+
+    def _check(self, event: Any) -> None:
+        events = self.events
+        if isinstance(event, events.DocumentStartEvent):
+            self.starts.append(event.start_mark.index)
+            return
+        if isinstance(event, events.CollectionStartEvent):
+            self.open.append([event.anchor, 1])
+            if len(self.open) > MAX_DEPTH:
+                raise InjectError(f"the input nests deeper than {MAX_DEPTH} levels, which is no manifest")
+            return
+        if isinstance(event, events.CollectionEndEvent):
+            anchor, size = self.open.pop()
+        elif isinstance(event, events.AliasEvent):
+            if any(event.anchor == anchor for anchor, _ in self.open):
+                raise InjectError("the input holds an alias inside its own anchor, a structure without end")
+            anchor, size = None, self.sizes.get(event.anchor, 1)
+        elif isinstance(event, events.NodeEvent):
+            anchor, size = event.anchor, 1
+            if isinstance(event, events.ScalarEvent) and (event.value in ("<<", "=") or event.tag):
+                # A merge key (or a `=` key, or a tag that may make one): constructing the document
+                # rewrites its nodes, so splice() reads it again from its text.
+                self.merges.add(len(self.starts) - 1)
+        else:
+            return
+        if anchor is not None:
+            self.sizes[anchor] = size
+        if self.open:
+            self.open[-1][1] += size
+        else:
+            self.total += size
+        if self.total > MAX_NODES or (self.open and self.open[-1][1] > MAX_NODES):
+            raise InjectError(
+                f"the input's aliases expand to more than {MAX_NODES} nodes (a billion laughs?), which is no manifest"
+            )
+
+
+def _cuts(text: str, starts: list[int]) -> list[int]:
+    """Where each document's text starts: the stream's start, then each `---` line's start."""
     cuts = [0]
     for start in starts[1:]:
         # Back to the start of the line the `---` is on.
@@ -223,30 +291,74 @@ def _scan(text: str) -> list[int]:
 
 
 def _read_yaml(text: str) -> Manifests:
-    yaml = _yaml()
-    from ruamel.yaml.error import YAMLError
+    """One parse of the whole stream: the parser's events are checked against the limits, composed into
+    one node tree per document, each then constructed. The nodes are kept: a changed document is written
+    back from them (splice.py), not parsed again.
 
-    cuts = _scan(text)
+    Errors come in the order reading one document at a time would give them: the stream's syntax and
+    limits first (the whole stream), then each document's own (an undefined alias, a key given twice)."""
+    yaml = _yaml()
+    from ruamel.yaml.composer import ComposerError
+    from ruamel.yaml.error import FileMark, YAMLError
+    from ruamel.yaml.reader import Reader
+
+    class Marking(Reader):
+        """Marks without a reference into the text: the nodes are kept, two marks each, and a mark that
+        can show its line's snippet (which no one-line error shows) is twice the size."""
+
+        def get_mark(self) -> Any:
+            return FileMark(self.name, self.index, self.line, self.column)
+
+    yaml.Reader = Marking
+
+    nodes: list[Any] = []
+    failed: ComposerError | None = None  # a document's own error, told after those of the documents before it
+    parser = None
+    try:
+        constructor, parser = yaml.get_constructor_parser(text)  # the reader refuses a NUL, ... here
+        checked = _Checked(parser)
+        yaml._parser = checked  # what the composer reads its events from
+        composer = constructor.composer
+        try:
+            while composer.check_node():
+                nodes.append(composer.get_node())
+        except ComposerError as exc:  # an undefined alias
+            failed = exc
+            checked.drain()
+    except YAMLError as exc:
+        raise InjectError(f"the input is not valid YAML: {_problem(exc)}") from None
+    finally:
+        if parser is not None:
+            parser.dispose()
+    cuts = _cuts(text, checked.starts)
     texts = [text[a:b] for a, b in zip(cuts, [*cuts[1:], len(text)])]
     lines = [text.count("\n", 0, cut) for cut in cuts]
     docs: list[Any] = []
-    for piece, line in zip(texts, lines):
+    for node in nodes:
         try:
-            doc = yaml.load(piece)
-        except YAMLError as exc:  # a duplicate key, an undefined alias, ...
-            raise InjectError(f"the input is not valid YAML: {_problem(exc, line)}") from None
+            doc = constructor.construct_document(node)
+        except YAMLError as exc:  # a duplicate key, ...
+            raise InjectError(f"the input is not valid YAML: {_problem(exc)}") from None
         except ValueError as exc:  # int() refuses a number of more than 4300 digits
             raise InjectError(f"the input is not valid YAML: {str(exc).split(';')[0]}") from None
         if doc is not None:
             _object(doc, len(docs) + 1)
         docs.append(doc)
-    return Manifests("yaml", docs, texts, lines)
+    if failed is not None:
+        raise InjectError(f"the input is not valid YAML: {_problem(failed)}") from None
+    if not nodes:  # no document at all (nothing, or only comments): one empty document, its text the input's
+        docs.append(None)
+    kept = [None if number in checked.merges else node for number, node in enumerate(nodes)]
+    return Manifests("yaml", docs, texts, lines, nodes=kept, starts=cuts, reader=yaml)
 
 
 def read_documents(text: str) -> Manifests:
     """The manifests of a JSON or YAML stream. InjectError when the text is neither, or holds a document
     that is no Kubernetes object."""
-    return _read_json(text) if _is_json(text) else _read_yaml(text)
+    if _is_json(text):
+        return _read_json(text)
+    with _Acyclic():
+        return _read_yaml(text)
 
 
 # --- writing
@@ -270,15 +382,31 @@ def write_documents(manifests: Manifests, changed: set[int]) -> str:
         # One JSON object: the document itself when there is one, else a List that kubectl applies.
         whole = docs[0] if len(docs) == 1 else {"apiVersion": "v1", "kind": "List", "items": _listed(docs)}
         return json.dumps(whole, indent=2) + "\n"
+    with _Acyclic():
+        return _write_yaml(manifests, changed)
+
+
+def _write_yaml(manifests: Manifests, changed: set[int]) -> str:
     import io
 
     from .splice import dump_style, splice
 
+    docs = manifests.docs
     yaml = _yaml()
     out: list[str] = []
     # A document inject adds (the ConfigMap) is written as the input's first document is.
-    first = next((text for text, doc in zip(manifests.texts, docs) if doc is not None), "")
-    newline = "\r\n" if "\r\n" in first else "\n"
+    first = next((index for index, (text, doc) in enumerate(zip(manifests.texts, docs)) if doc is not None), None)
+    newline = "\r\n" if first is not None and "\r\n" in manifests.texts[first] else "\n"
+    styles: dict[int | None, tuple[int, int, int]] = {}
+
+    def style(index: int | None) -> tuple[int, int, int]:
+        """The indentation document `index` uses most (the first's for a document inject adds)."""
+        if index not in styles:
+            node = manifests.nodes[index] if index is not None and index < len(manifests.nodes) else None
+            text = manifests.texts[index] if index is not None else ""
+            styles[index] = dump_style(node if node is not None else yaml.compose(text)) if text else (2, 2, 0)
+        return styles[index]
+
     for index, doc in enumerate(docs):
         text = manifests.texts[index] if index < len(manifests.texts) else ""
         if text and index not in changed:
@@ -286,11 +414,11 @@ def write_documents(manifests: Manifests, changed: set[int]) -> str:
             continue
         if not text and doc is None:
             continue
-        spliced = splice(text, doc, yaml) if text else None
+        spliced = splice(text, doc, yaml, manifests.source(index)) if text else None
         if spliced is not None:
             out.append(spliced)
             continue
-        mapping, sequence, offset = dump_style(yaml.compose(text or first)) if text or first else (2, 2, 0)
+        mapping, sequence, offset = style(index if text else first)
         yaml.indent(mapping=mapping, sequence=sequence, offset=offset)
         yaml.explicit_start = index > 0 or text.lstrip().startswith("---")
         buffer = io.StringIO()

@@ -3,9 +3,9 @@
 inject changes little in a document: it replaces or adds a container's probes, appends an item to a list
 (a volume mount, a volume, an argument, a variable) and adds a key or two. Dumping the whole document again
 would re-indent every line ruamel.yaml writes in a style other than the one it picks for the document, and
-drop the comments of what it replaces. So the document's original text is composed (which gives every
-node's position) and walked side by side with the document as inject left it; where the two differ, only
-that part of the text is rewritten:
+drop the comments of what it replaces. So the nodes the one parse of the stream composed (manifests.py; they
+give every node's position) are walked side by side with the document as inject left it; where the two
+differ, only that part of the text is rewritten:
 
 - a key inject added goes after the last line of its mapping, at the mapping's indentation;
 - an item appended to a list goes after the list's last item, with the list's own dash and indentation
@@ -14,8 +14,10 @@ that part of the text is rewritten:
   kept, as lines above it. A probe is always rewritten whole: it is one thing, not keys to mix.
 
 Every other line keeps its bytes. What this cannot do (a flow mapping to change, an alias, a merge key) it
-leaves to the caller, which dumps the document; and the spliced text is loaded again and compared with the
-document before it is used, so a splice can only ever be exact or not taken.
+leaves to the caller, which dumps the document. A document whose nodes constructing it rewrote (a merge
+key's, a tag's) is read again from its text, and the spliced text loaded again and compared with the
+document before it is used. The others are not parsed again: what each edit writes is ruamel.yaml's own
+dump of the value, and tests/test_inject_golden.py holds the splices to the bytes the checked ones gave.
 """
 
 from __future__ import annotations
@@ -48,6 +50,29 @@ def same(a: Any, b: Any) -> bool:
     if isinstance(a, (dict, list)) or isinstance(b, (dict, list)):
         return False
     return isinstance(a, bool) == isinstance(b, bool) and isinstance(a, str) == isinstance(b, str) and a == b
+
+
+# What _dump() wrote, by what it was given: inject writes the same probe, mount and volume into every workload
+# of a stream, and dumping is most of what splicing costs. Bounded: a stream of distinct values only misses.
+_DUMPED: dict[Any, list[str]] = {}
+_DUMPED_MOST = 256
+_SCALARS = (str, int, float, bool, type(None))
+
+
+class _Uncached(Exception):
+    """A value with a scalar of ruamel.yaml's own (a quoted string, a hex number): dumped, not remembered."""
+
+
+def _frozen(value: Any) -> Any:
+    """`value` (plain: dicts, lists and scalars) as a key that tells apart all that dumps differently."""
+    kind = type(value)
+    if kind is dict:
+        return (dict, tuple((_frozen(key), _frozen(item)) for key, item in value.items()))
+    if kind is list:
+        return (list, tuple(_frozen(item) for item in value))
+    if kind in _SCALARS:
+        return (kind, value)
+    raise _Uncached
 
 
 def _plain(value: Any) -> Any:
@@ -92,9 +117,10 @@ def dump_style(node: Any) -> tuple[int, int, int]:
 
 
 class _Splicer:
-    def __init__(self, text: str, yaml: Any) -> None:
+    def __init__(self, text: str, yaml: Any, base: int = 0) -> None:
         self.text = text
         self.yaml = yaml
+        self.base = base  # where `text` starts in the text the nodes' marks count in
         self.edits: list[tuple[int, int, int, str]] = []  # (start, end, order, new text)
         self.seen: set[int] = set()
         self.spans: list[tuple[int, int]] = []  # where scalars are: a `#` inside one is no comment
@@ -112,7 +138,7 @@ class _Splicer:
                 continue
             seen.add(id(node))
             if isinstance(node, ScalarNode):
-                self.spans.append((node.start_mark.index, node.end_mark.index))
+                self.spans.append((node.start_mark.index - self.base, node.end_mark.index - self.base))
             else:
                 for item in node.value:
                     stack.extend(item if isinstance(item, tuple) else (item,))
@@ -142,8 +168,8 @@ class _Splicer:
                 node = key if empty else value  # `key:` with nothing after it ends at the key
             else:
                 node = last
-        end: int = node.end_mark.index
-        while end > node.start_mark.index and self.text[end - 1] in " \t\r\n":
+        end: int = node.end_mark.index - self.base
+        while end > node.start_mark.index - self.base and self.text[end - 1] in " \t\r\n":
             end -= 1
         return end
 
@@ -168,9 +194,28 @@ class _Splicer:
     # --- text
 
     def _dump(self, value: dict[Any, Any] | list[Any]) -> list[str]:
-        buffer = io.StringIO()
-        self.yaml.dump(_plain(value), buffer)
-        return buffer.getvalue().rstrip("\n").split("\n")
+        plain = _plain(value)
+        yaml = self.yaml
+        try:
+            key = (
+                yaml.map_indent,
+                yaml.sequence_indent,
+                yaml.sequence_dash_offset,
+                yaml.explicit_start,
+                _frozen(plain),
+            )
+        except _Uncached:
+            key = None
+        if key is None or key not in _DUMPED:
+            buffer = io.StringIO()
+            yaml.dump(plain, buffer)
+            lines = buffer.getvalue().rstrip("\n").split("\n")
+            if key is None:
+                return lines
+            if len(_DUMPED) >= _DUMPED_MOST:
+                _DUMPED.clear()
+            _DUMPED[key] = lines
+        return list(_DUMPED[key])
 
     def _dump_item(self, item: Any) -> list[str]:
         """An item's lines as they follow its dash (the first) and its content column (the others)."""
@@ -243,7 +288,9 @@ class _Splicer:
                 raise _Unsplittable
         except _Unsplittable:
             del self.edits[mark:]
-            self._replace(key_node.start_mark.index, value_node, self._dump({key: new}), key_node.start_mark.column)
+            self._replace(
+                key_node.start_mark.index - self.base, value_node, self._dump({key: new}), key_node.start_mark.column
+            )
 
     def _sequence(self, node: Any, old: list[Any], new: list[Any]) -> None:
         from ruamel.yaml.nodes import MappingNode, ScalarNode, SequenceNode
@@ -263,7 +310,7 @@ class _Splicer:
                     continue
                 except _Unsplittable:
                     del self.edits[mark:]
-            self._replace(item.start_mark.index, item, self._dump_item(now), item.start_mark.column)
+            self._replace(item.start_mark.index - self.base, item, self._dump_item(now), item.start_mark.column)
         more = new[len(old) :]
         if not more:
             return
@@ -274,7 +321,7 @@ class _Splicer:
                 raise _Unsplittable
             like = node.value[-1] if node.value else None
             words = [self._flow_scalar(item, like) for item in more]
-            at = self._end(like) if like is not None else node.end_mark.index - 1
+            at = self._end(like) if like is not None else node.end_mark.index - self.base - 1
             self._edit(at, at, ("" if like is None else ", ") + ", ".join(words))
             return
         first = node.value[0]
@@ -321,25 +368,31 @@ class _Splicer:
         return "".join([*out, self.text[at:]])
 
 
-def splice(text: str, doc: Any, yaml: Any) -> str | None:
+def splice(text: str, doc: Any, yaml: Any, source: tuple[Any, Any, int] | None = None) -> str | None:
     """`text`, one document as it was read, rewritten to hold `doc`, the same document as inject left it,
     changing only the lines that differ; None when that cannot be done (the caller dumps the document).
-    `yaml` is the round-trip YAML instance to read with; the indentation of what is written is set on it."""
-    try:
-        root = yaml.compose(text)
-        old = yaml.load(text)
-    except Exception:  # it was read once already: any failure here means, dump it
-        return None
+    `yaml` is the round-trip YAML instance the indentation of what is written is set on. `source` is what
+    reading the stream left of the document (its root node, its value as read, where its text starts in the
+    stream): without it, the text is read again."""
+    if source is None:
+        try:
+            root, old, base = yaml.compose(text), yaml.load(text), 0
+        except Exception:  # it was read once already: any failure here means, dump it
+            return None
+    else:
+        root, old, base = source
     if root is None:
         return None
-    splicer = _Splicer(text, yaml)
+    splicer = _Splicer(text, yaml, base)
     splicer._note_scalars(root)
     mapping, sequence, offset = dump_style(root)
     yaml.indent(mapping=mapping, sequence=sequence, offset=offset)
     try:
         splicer.mapping(root, old, doc)
         spliced = splicer.result()
-        again = yaml.load(spliced)
+        # A document read again is one whose nodes constructing rewrote (a merge key's): the keys it merges
+        # in are not where its text has them, and what the splice wrote is read back to be sure.
+        again = yaml.load(spliced) if source is None else doc
     except Exception:  # _Unsplittable, or a splice that does not even parse: dump it
         return None
     return spliced if same(again, doc) else None
