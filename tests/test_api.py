@@ -1,9 +1,10 @@
 """The engine's routes beyond /metrics (api.py), in process: the JSON reader that spares a stuck-looking
-engine's run the json import, and each question against a fake exchange."""
+engine's run the json import, and each question fed the outcome of its exchange (performed by no one)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Generator
 
 import pytest
 from hypothesis import given, settings
@@ -11,7 +12,7 @@ from hypothesis import strategies as st
 
 from stallprobe import api
 from stallprobe.errors import ScrapeError, ScrapeTimeout
-from stallprobe.scrape import Answer
+from stallprobe.scrape import Answer, Ask, Outcome
 
 # (text, what json.loads reads): the answers the engines give, and the edges of the fast reader.
 READS: list[tuple[str, object]] = [
@@ -67,11 +68,14 @@ def test_the_fast_reader_reads_every_flat_object(data: dict[str, object], separa
     assert api._flat(text) == data
 
 
-def answering(code: int, body: bytes) -> object:
-    def exchange(url: str, timeout: float, **kwargs: object) -> Answer:
-        return Answer(code, "", {}, body)
-
-    return exchange
+def asked(question: Generator[Ask, Outcome, bool], outcome: Outcome) -> bool:
+    """What a question concludes when its one exchange goes as `outcome` (performed by no one)."""
+    ask = next(question)
+    assert ask.url == "http://e/is_paused"
+    with pytest.raises(StopIteration) as done:
+        question.send(outcome)
+    result: bool = done.value.value
+    return result
 
 
 @pytest.mark.parametrize(
@@ -85,15 +89,11 @@ def answering(code: int, body: bytes) -> object:
         (500, b"", False),
     ],
 )
-def test_is_paused_believes_only_a_true(monkeypatch: pytest.MonkeyPatch, code: int, body: bytes, paused: bool) -> None:
-    monkeypatch.setattr(api, "exchange", answering(code, body))
-    assert api.is_paused("http://e", "/is_paused", "") is paused
+def test_is_paused_believes_only_a_true(code: int, body: bytes, paused: bool) -> None:
+    outcome = Outcome(Answer(code, "", {}, body), None, 0.0, 0.1)
+    assert asked(api.is_paused("http://e", "/is_paused", ""), outcome) is paused
 
 
 @pytest.mark.parametrize("error", [ScrapeError("refused"), ScrapeTimeout("no answer")])
-def test_no_answer_is_never_paused(monkeypatch: pytest.MonkeyPatch, error: Exception) -> None:
-    def fail(url: str, timeout: float, **kwargs: object) -> Answer:
-        raise error
-
-    monkeypatch.setattr(api, "exchange", fail)
-    assert api.is_paused("http://e", "/is_paused", "") is False
+def test_no_answer_is_never_paused(error: ScrapeError) -> None:
+    assert asked(api.is_paused("http://e", "/is_paused", ""), Outcome(None, error, 0.0, 1.0)) is False

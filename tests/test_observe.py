@@ -54,10 +54,7 @@ class Fake:
 def fake(monkeypatch: pytest.MonkeyPatch) -> Callable[[dict[str, Answer | Exception]], Fake]:
     def make(answers: dict[str, Answer | Exception]) -> Fake:
         engine = Fake(answers)
-        monkeypatch.setattr(scrape, "exchange", engine.exchange)
-        from stallprobe import api
-
-        monkeypatch.setattr(api, "exchange", engine.exchange)
+        monkeypatch.setattr(scrape, "exchange", engine.exchange)  # every exchange of a look goes through it
         return engine
 
     return make

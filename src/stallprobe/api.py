@@ -2,6 +2,10 @@
 canary, one minimal completion. Each is asked only when the page alone cannot tell (the probe says when),
 so a healthy run never loads this module, nor json (which loads re).
 
+Each question is a generator: it yields the exchanges it needs (scrape.Ask) and is sent how each went
+(scrape.Outcome), so that the probe performs them one after another (scrape.drive) and watch performs
+those of thousands of engines at once on one thread, both asking and judging alike (observe.look).
+
 Each question has a deadline of its own. A question that goes unanswered, or that the engine does not
 serve (404), changes nothing: no answer is never "paused", and never "in flight". Only the canary's
 silence is evidence, and only of the kind the page cannot give: requests hung at an engine that looks idle.
@@ -9,20 +13,21 @@ silence is evidence, and only of the kind the page cannot give: requests hung at
 
 from __future__ import annotations
 
-import time
-
 from .errors import BadAnswer, MetricsError, ScrapeError, ScrapeTimeout
 from .report import num, secs
-from .scrape import exchange, status_error
+from .scrape import Ask, drive, status_error
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-    from typing import Protocol
+    from collections.abc import Generator, Mapping
+    from typing import Protocol, TypeVar
 
     from .detector import Sample, State
     from .engines import Dialect
-    from .scrape import Answer
+    from .scrape import Answer, Outcome
+
+    T = TypeVar("T")
+    Asks = Generator[Ask, Outcome, T]  # a question: the exchanges it needs, then what it learnt
 
     class Asking(Protocol):
         """What asking an idle-looking engine needs of a command's configuration (the probe's, watch's)."""
@@ -155,10 +160,17 @@ class Reply:
 
 
 def ask(url: str, key: str, timeout: float) -> Reply:
-    """Ask one of the engine's routes within `timeout`. Never raises: a question that goes unanswered,
-    or that the engine does not serve, changes nothing."""
+    """Ask one of the engine's routes within `timeout`, here and now. Never raises: a question that goes
+    unanswered, or that the engine does not serve, changes nothing."""
+    import time
+
+    return drive(_ask(url, key, timeout), time.monotonic)
+
+
+def _ask(url: str, key: str, timeout: float) -> Asks[Reply]:
+    outcome = yield Ask(url, timeout, key=key, max_bytes=MAX_JSON, what="ask")
     try:
-        answer = exchange(url, timeout, key=key, max_bytes=MAX_JSON, what="ask")
+        answer = outcome.result()
     except ScrapeTimeout:
         return Reply(None, None, f"gives no answer within {num(timeout)} s")
     except ScrapeError as exc:
@@ -173,10 +185,10 @@ def ask(url: str, key: str, timeout: float) -> Reply:
     return Reply(answer.code, data, f"answers {answer.code}")
 
 
-def _asked(url: str, key: str, timeout: float) -> object:
+def _asked(url: str, key: str, timeout: float) -> Asks[object]:
     """The JSON a route answers with a 200 within `timeout`; None for any other answer, for none, and for
     a route the engine does not serve."""
-    return ask(url, key, timeout).data
+    return (yield from _ask(url, key, timeout)).data
 
 
 def paused_answer(data: object) -> bool | None:
@@ -186,16 +198,16 @@ def paused_answer(data: object) -> bool | None:
     return value if isinstance(value, bool) else None
 
 
-def is_paused(base: str, route: str, key: str, timeout: float = PAUSE_QUERY_TIMEOUT) -> bool:
+def is_paused(base: str, route: str, key: str, timeout: float = PAUSE_QUERY_TIMEOUT) -> Asks[bool]:
     """Whether the engine says its operator paused it (vLLM: `{"is_paused": true}`). False for any other
     answer, for none within the deadline, and for a route the engine does not serve."""
-    return paused_answer(_asked(base + route, key, timeout)) is True
+    return paused_answer((yield from _asked(base + route, key, timeout))) is True
 
 
-def ask_paused(samples: Mapping[str, Sample], base: str, route: str, key: str) -> dict[str, Sample] | None:
+def ask_paused(samples: Mapping[str, Sample], base: str, route: str, key: str) -> Asks[dict[str, Sample] | None]:
     """For an engine that would otherwise be judged suspect or stalled (and only then: a healthy run
     asks nothing): its samples marked paused when the engine says its operator paused it, else None."""
-    if not is_paused(base, route, key):
+    if not (yield from is_paused(base, route, key)):
         return None
     why = f"paused by its operator ({route})"
     return {name: sample.replace(paused=sample.paused or why) for name, sample in samples.items()}
@@ -226,14 +238,14 @@ def live_loads(data: object) -> list[object] | None:
     return loads if isinstance(loads, list) and loads else None
 
 
-def ask_live(samples: Mapping[str, Sample], base: str, route: str, key: str) -> dict[str, Sample] | None:
+def ask_live(samples: Mapping[str, Sample], base: str, route: str, key: str) -> Asks[dict[str, Sample] | None]:
     """For an engine that would otherwise be judged suspect or stalled (and only then): its running and
     waiting requests as its scheduler last published them (SGLang's /v1/loads, one snapshot per data-
     parallel rank), in place of the page's gauges, which SGLang refreshes only after a batch or when
     fully idle, and so shows a stale batch while requests wait on something. Waiting requests are owed
     unless they wait on a peer (a disaggregated engine's bootstrap, prealloc, transfer queues). None when
     the route gives no usable answer within its deadline (the page stands)."""
-    loads = live_loads(_asked(base + route, key, PAUSE_QUERY_TIMEOUT))
+    loads = live_loads((yield from _asked(base + route, key, PAUSE_QUERY_TIMEOUT)))
     if loads is None:
         return None
     live: dict[str, tuple[float, float, float]] = {}
@@ -257,10 +269,10 @@ def ask_live(samples: Mapping[str, Sample], base: str, route: str, key: str) -> 
     }
 
 
-def in_flight(base: str, route: str, key: str, timeout: float) -> float:
+def in_flight(base: str, route: str, key: str, timeout: float) -> Asks[float]:
     """How many HTTP requests the server is serving (vLLM's /load, `{"server_load": N}`, counted only
     with --enable-server-load-tracking); 0 when it does not say."""
-    return server_load(_asked(base + route, key, timeout)) or 0.0
+    return server_load((yield from _asked(base + route, key, timeout))) or 0.0
 
 
 def server_load(data: object) -> float | None:
@@ -268,7 +280,7 @@ def server_load(data: object) -> float | None:
     return _count(data, "server_load")
 
 
-def canary(base: str, key: str, timeout: float) -> float | None:
+def canary(base: str, key: str, timeout: float) -> Asks[float | None]:
     """Send the canary: the model named by /v1/models, a one-token completion, all within `timeout`.
 
     The seconds it took, or None when it got no complete answer in time (the evidence: requests hang).
@@ -276,10 +288,11 @@ def canary(base: str, key: str, timeout: float) -> float | None:
     401 says how to give the key), MetricsError for an answer that is not the API's (HTML, not JSON, no
     model). The last two are answers the server gave: the probe then asks the health route.
     """
-    started = time.monotonic()
     where = f"canary {base}/v1/models"
+    outcome = yield Ask(f"{base}/v1/models", timeout, key=key, max_bytes=MAX_JSON, what="canary")
+    started = outcome.started
     try:
-        answer = exchange(f"{base}/v1/models", timeout, key=key, max_bytes=MAX_JSON, what="canary")
+        answer = outcome.result()
         if answer.code != 200:
             raise BadAnswer(status_error(where, answer))
         data = _json(answer, where)
@@ -290,13 +303,14 @@ def canary(base: str, key: str, timeout: float) -> float | None:
         import json
 
         body = json.dumps({"model": model, "prompt": _CANARY_PROMPT, "max_tokens": 1, "temperature": 0}).encode()
-        left = timeout - (time.monotonic() - started)
+        left = timeout - (outcome.ended - started)
         where = f"canary {base}/v1/completions"
         if left <= 0:
             return None
-        answer = exchange(
+        outcome = yield Ask(
             f"{base}/v1/completions", left, method="POST", body=body, key=key, max_bytes=MAX_JSON, what="canary"
         )
+        answer = outcome.result()
         if answer.code != 200:
             raise BadAnswer(status_error(where, answer))
         data = _json(answer, where)
@@ -304,7 +318,7 @@ def canary(base: str, key: str, timeout: float) -> float | None:
             raise MetricsError(f"{where}: the answer is not a completion")
     except ScrapeTimeout:
         return None
-    return time.monotonic() - started
+    return outcome.ended - started
 
 
 def ask_idle(
@@ -316,7 +330,7 @@ def ask_idle(
     dialect: Dialect,
     facts: dict[str, float],
     now: float,
-) -> tuple[dict[str, Sample], str]:
+) -> Asks[tuple[dict[str, Sample], str]]:
     """For an engine that looks idle (detector.looks_idle): the requests its server has in flight
     (config.server_load), then the canary (config.canary), at most one per config.canary_interval while
     they are answered, and at every look while one is owed an answer (`facts["canary_at"]` remembers
@@ -326,7 +340,7 @@ def ask_idle(
     note = ""
     key, timeout = config.key, config.timeout
     if config.server_load and dialect.load_route:
-        pending = in_flight(base, dialect.load_route, key, timeout)
+        pending = yield from in_flight(base, dialect.load_route, key, timeout)
         if pending:
             note = f"the server has {secs(pending).rstrip('0').rstrip('.')} requests in flight"
     failing = any(state.last.pending for state in (previous or {}).values())
@@ -334,7 +348,7 @@ def ask_idle(
     due = failing or last is None or not 0 <= now - last < config.canary_interval
     if config.canary and not pending and due:
         facts["canary_at"] = now
-        took = canary(base, key, timeout)
+        took = yield from canary(base, key, timeout)
         if took is None:
             pending = 1.0
             note = f"the canary got no answer within {secs(timeout)} s"

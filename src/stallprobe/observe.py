@@ -9,6 +9,12 @@ the caller's next steps, so that the probe can judge inside its state file's loc
 
 Every question beyond the page is asked only when the page alone cannot tell, so a healthy engine's look
 is one GET (two with readiness); api.py, and json with it, is loaded only then.
+
+A look is decided apart from its I/O: look() is a generator that yields each exchange it needs next
+(scrape.Ask), given how the ones before it went (scrape.Outcome), and returns the Observation. The probe
+and doctor perform its exchanges one after another (observe(): scrape.drive); watch performs those of
+every endpoint of its pool at once, on one thread (watch/loop.py). What is asked and how it is judged is
+the same.
 """
 
 from __future__ import annotations
@@ -16,17 +22,28 @@ from __future__ import annotations
 from .detector import Sample, Verdict, assess_engines, looks_idle
 from .engines import choose, read_engines
 from .errors import ScrapeError, ScrapeTimeout
-from .scrape import fetch
+from .scrape import Ask, drive, page_of
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Generator, Mapping
 
     from .detector import State
     from .engines import Dialect
+    from .scrape import Outcome
     from .settings import LookSettings
 
-__all__ = ["Observation", "budget", "health", "kubelet_timeout", "observe", "origin", "silent", "worst_case"]
+__all__ = [
+    "Observation",
+    "budget",
+    "health",
+    "kubelet_timeout",
+    "look",
+    "observe",
+    "origin",
+    "silent",
+    "worst_case",
+]
 
 
 class Observation:
@@ -84,32 +101,56 @@ def observe(
     sample's time (CLOCK_MONOTONIC: one clock for every process since boot). With `readiness`, the health
     route is asked too. `page`: the page, when the caller has just read it itself (doctor's first contact,
     which reads its status too), so that the look asks for it no second time. Raises ScrapeError (not
-    ScrapeTimeout: that is an Observation) and MetricsError."""
+    ScrapeTimeout: that is an Observation) and MetricsError. Each exchange is performed here, one after
+    another (look() decides which)."""
+    at = clock() if page is not None else 0.0
+    return drive(look(url, settings, previous, facts, readiness=readiness, page=page, at=at), clock)
+
+
+def look(
+    url: str,
+    settings: LookSettings,
+    previous: Mapping[str, State] | None,
+    facts: dict[str, float],
+    *,
+    readiness: bool = False,
+    page: bytes | None = None,
+    at: float = 0.0,
+) -> Generator[Ask, Outcome, Observation]:
+    """observe()'s decisions without its I/O: yields each exchange to perform, is sent how it went, and
+    returns the Observation (or raises ScrapeError and MetricsError, as observe() does). A sample's time
+    is when its page's exchange ended, by the driver's clock (`at`, when the caller gives the `page`)."""
     if page is None:
+        outcome = yield Ask(url, settings.timeout, key=settings.key)
         try:
-            page = fetch(url, settings.timeout, key=settings.key)
+            page = page_of(url, outcome.result())
         except ScrapeTimeout as exc:
-            return silent(previous, clock(), str(exc))
-    now = clock()
+            return silent(previous, outcome.ended, str(exc))
+        at = outcome.ended
+        del outcome  # its answer holds the page
+    now = at
     dialect = choose(page, settings.engine, settings.names)
     samples = read_engines(page, now, dialect, settings.progress_metric)
+    del page  # a page can be megabytes: not held while the questions below wait on their answers
     base = origin(url)
     note = ""
     if (settings.canary or settings.server_load) and looks_idle(samples, previous):
         from .api import ask_idle
 
-        samples, note = ask_idle(samples, previous, settings, base=base, dialect=dialect, facts=facts, now=now)
+        samples, note = yield from ask_idle(
+            samples, previous, settings, base=base, dialect=dialect, facts=facts, now=now
+        )
     if dialect.live_route and _would_be_stuck(previous, samples, settings):
         # The scheduler's own counts, where the page's may be a stale batch (SGLang); no answer: the page.
         from .api import ask_live
 
-        samples = ask_live(samples, base, dialect.live_route, settings.key) or samples
+        samples = (yield from ask_live(samples, base, dialect.live_route, settings.key)) or samples
     if dialect.pause_route and _would_be_stuck(previous, samples, settings):
         # Asked only now, so a healthy look costs nothing more; no answer is never "paused".
         from .api import ask_paused
 
-        samples = ask_paused(samples, base, dialect.pause_route, settings.key) or samples
-    why = health(base + dialect.health_route, settings) if readiness else None
+        samples = (yield from ask_paused(samples, base, dialect.pause_route, settings.key)) or samples
+    why = (yield from _health(base + dialect.health_route, settings)) if readiness else None
     return Observation(dialect, samples, note=note, health=why)
 
 
@@ -128,10 +169,17 @@ def health(url: str, settings: LookSettings, *, missing_ok: bool = True) -> str:
     `missing_ok` (beside a page that was judged, a server without that route has nothing to say about
     serving; the engines' own servers all have one). Without `missing_ok` (the route alone decides, as
     an httpGet probe of it would), a 404 is a failure too."""
-    from .scrape import exchange, status_error
+    import time
 
+    return drive(_health(url, settings, missing_ok=missing_ok), time.monotonic)
+
+
+def _health(url: str, settings: LookSettings, *, missing_ok: bool = True) -> Generator[Ask, Outcome, str]:
+    from .scrape import status_error
+
+    outcome = yield Ask(url, settings.timeout, key=settings.key, what="health")
     try:
-        answer = exchange(url, settings.timeout, key=settings.key, what="health")
+        answer = outcome.result()
     except ScrapeError as exc:
         return str(exc)
     if 200 <= answer.code < 300 or (answer.code == 404 and missing_ok):

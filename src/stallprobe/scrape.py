@@ -27,9 +27,30 @@ except ImportError:  # an interpreter without it: the module every other Python 
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Generator, Mapping
+    from typing import TypeVar
 
-__all__ = ["KEY_VARIABLES", "MAX_PAGE_BYTES", "Answer", "api_key", "exchange", "fetch", "key_source", "parse_url"]
+    T = TypeVar("T")
+
+__all__ = [
+    "KEY_VARIABLES",
+    "MAX_PAGE_BYTES",
+    "Answer",
+    "Ask",
+    "Outcome",
+    "Reading",
+    "api_key",
+    "drive",
+    "exchange",
+    "failure",
+    "fetch",
+    "host_bytes",
+    "key_source",
+    "page_of",
+    "parse_url",
+    "perform",
+    "request_bytes",
+]
 
 # A vLLM page is ~50 KB; with hundreds of LoRA adapters and histograms a few MB. 32 MiB bounds memory
 # against a runaway page while leaving room for an unusual one.
@@ -162,7 +183,11 @@ _AUTH_HINT = (
 def fetch(url: str, timeout: float, max_bytes: int = MAX_PAGE_BYTES, key: str = "") -> bytes:
     """GET `url` and return the body; ScrapeError for anything but a complete 2xx answer in time
     (ScrapeTimeout when the deadline passed)."""
-    answer = exchange(url, timeout, max_bytes=max_bytes, key=key)
+    return page_of(url, exchange(url, timeout, max_bytes=max_bytes, key=key))
+
+
+def page_of(url: str, answer: Answer) -> bytes:
+    """The body of the answer to GET `url`; BadAnswer unless it is a 2xx."""
     if not 200 <= answer.code < 300:
         raise BadAnswer(status_error(f"scrape {url}", answer))
     return answer.body
@@ -196,6 +221,36 @@ def exchange(
     host, port, path = parse_url(url)
     deadline = time.monotonic() + timeout
     where = f"{what} {url}"
+    request = request_bytes(host, port, path, method=method, body=body, key=key)
+    reading = Reading(where, max_bytes)
+    try:
+        # A str host makes getaddrinfo import the idna codec (and with it `re`): ~3 ms a run. An ASCII
+        # host as bytes means the same thing to the resolver and skips that.
+        sock = _connect(host_bytes(host), port, deadline, where, timeout)
+        try:
+            sock.settimeout(_remaining(deadline, where, timeout))
+            sock.sendall(request)
+            while True:
+                sock.settimeout(_remaining(deadline, where, timeout))
+                chunk = sock.recv(262144)
+                if not chunk or reading.feed(chunk):
+                    break
+        finally:
+            sock.close()
+    except ScrapeError:
+        raise
+    except OSError as exc:
+        raise failure(exc, where, host, port, timeout) from None
+    return reading.answer()
+
+
+def host_bytes(host: str) -> bytes:
+    """The host as getaddrinfo takes it without loading the idna codec for an ASCII name."""
+    return host.encode("ascii") if host.isascii() else host.encode("idna")
+
+
+def request_bytes(host: str, port: int, path: str, *, method: str = "GET", body: bytes = b"", key: str = "") -> bytes:
+    """The whole HTTP/1.0 request for `path` at `host`:`port` (`key` as a bearer token, `body` as JSON)."""
     hostport = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     fields = [
         f"{method} {path} HTTP/1.0",
@@ -209,47 +264,52 @@ def exchange(
         fields.append(f"Authorization: Bearer {key}")
     if method != "GET":
         fields += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
-    request = ("\r\n".join(fields) + "\r\n\r\n").encode("latin-1", "replace") + body
-    data = bytearray()
-    try:
-        # A str host makes getaddrinfo import the idna codec (and with it `re`): ~3 ms a run. An ASCII
-        # host as bytes means the same thing to the resolver and skips that.
-        address = host.encode("ascii") if host.isascii() else host.encode("idna")
-        sock = _connect(address, port, deadline, where, timeout)
-        try:
-            sock.settimeout(_remaining(deadline, where, timeout))
-            sock.sendall(request)
-            head_end = -1
-            expected = -1
-            while True:
-                sock.settimeout(_remaining(deadline, where, timeout))
-                chunk = sock.recv(262144)
-                if not chunk:
-                    break
-                data += chunk
-                if head_end < 0:
-                    head_end = data.find(b"\r\n\r\n")
-                    if head_end < 0 and len(data) > _HEAD_LIMIT:
-                        raise ScrapeError(f"{where}: no end of HTTP headers in {_HEAD_LIMIT} bytes")
-                    if head_end >= 0:
-                        expected = _content_length(_headers(bytes(data[:head_end])), where)
-                if head_end >= 0 and len(data) - head_end - 4 > max_bytes:
-                    raise BadAnswer(f"{where}: page larger than {max_bytes} bytes")
-                if 0 <= expected <= len(data) - head_end - 4:
-                    break  # the whole body is here; no need to wait for the close
-        finally:
-            sock.close()
-    except ScrapeError:
-        raise
-    except ConnectionRefusedError:
-        raise ScrapeError(f"{where}: connection refused (is the engine up on {hostport}?)") from None
-    except net.timeout:
-        raise ScrapeTimeout(f"{where}: no complete answer within {timeout:g} s") from None
-    except ConnectionResetError:
-        raise ScrapeError(f"{where}: connection reset by the server") from None
-    except OSError as exc:
-        raise ScrapeError(f"{where}: {exc.strerror or exc}") from None
-    return _answer(bytes(data), where, max_bytes)
+    return ("\r\n".join(fields) + "\r\n\r\n").encode("latin-1", "replace") + body
+
+
+def failure(exc: OSError, where: str, host: str, port: int, timeout: float) -> ScrapeError:
+    """The error of a socket call that failed while talking to `host`:`port` for `where`."""
+    if isinstance(exc, ConnectionRefusedError):
+        hostport = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        return ScrapeError(f"{where}: connection refused (is the engine up on {hostport}?)")
+    if isinstance(exc, net.timeout):
+        return ScrapeTimeout(f"{where}: no complete answer within {timeout:g} s")
+    if isinstance(exc, ConnectionResetError):
+        return ScrapeError(f"{where}: connection reset by the server")
+    return ScrapeError(f"{where}: {exc.strerror or exc}")
+
+
+class Reading:
+    """An answer as it arrives: `feed` each chunk read; `answer` once the server closed or `feed` said
+    the whole body is here. ScrapeError for headers that never end or a body over `max_bytes`."""
+
+    __slots__ = ("data", "expected", "head_end", "max_bytes", "where")
+
+    def __init__(self, where: str, max_bytes: int) -> None:
+        self.where = where
+        self.max_bytes = max_bytes
+        self.data = bytearray()
+        self.head_end = -1
+        self.expected = -1
+
+    def feed(self, chunk: bytes) -> bool:
+        """Take one chunk; True when the whole body (by its Content-Length) is here."""
+        data = self.data
+        data += chunk
+        if self.head_end < 0:
+            self.head_end = data.find(b"\r\n\r\n")
+            if self.head_end < 0 and len(data) > _HEAD_LIMIT:
+                raise ScrapeError(f"{self.where}: no end of HTTP headers in {_HEAD_LIMIT} bytes")
+            if self.head_end >= 0:
+                self.expected = _content_length(_headers(bytes(data[: self.head_end])), self.where)
+        if self.head_end >= 0 and len(data) - self.head_end - 4 > self.max_bytes:
+            raise BadAnswer(f"{self.where}: page larger than {self.max_bytes} bytes")
+        # The whole body is here: no need to wait for the close.
+        return 0 <= self.expected <= len(data) - self.head_end - 4
+
+    def answer(self) -> Answer:
+        """The answer read so far, decoded; ScrapeError when it is not a whole HTTP answer."""
+        return _answer(bytes(self.data), self.where, self.max_bytes)
 
 
 def _headers(head: bytes) -> dict[str, str]:
@@ -301,6 +361,79 @@ def _answer(data: bytes, where: str, max_bytes: int) -> Answer:
     elif encoding not in ("", "identity"):
         raise BadAnswer(f"{where}: unsupported Content-Encoding {encoding[:40]!r}")
     return Answer(code, reason, headers, body)
+
+
+class Ask:
+    """One exchange that a look needs (observe.look and api.py's questions yield these): what exchange()
+    takes. Whoever drives the look performs it - blocking (perform), or among many on one thread (watch) -
+    and sends back an Outcome."""
+
+    __slots__ = ("body", "key", "max_bytes", "method", "timeout", "url", "what")
+
+    def __init__(
+        self,
+        url: str,
+        timeout: float,
+        *,
+        key: str = "",
+        method: str = "GET",
+        body: bytes = b"",
+        max_bytes: int = MAX_PAGE_BYTES,
+        what: str = "scrape",
+    ) -> None:
+        self.url = url
+        self.timeout = timeout
+        self.key = key
+        self.method = method
+        self.body = body
+        self.max_bytes = max_bytes
+        self.what = what
+
+    def __repr__(self) -> str:
+        return f"Ask({self.method} {self.url!r}, {self.timeout:g} s)"
+
+
+class Outcome:
+    """How an Ask went: its answer or its error (exactly one is None), when it was started and when it
+    ended (the driver's clock)."""
+
+    __slots__ = ("answer", "ended", "error", "started")
+
+    def __init__(self, answer: Answer | None, error: ScrapeError | None, started: float, ended: float) -> None:
+        self.answer = answer
+        self.error = error
+        self.started = started
+        self.ended = ended
+
+    def result(self) -> Answer:
+        """The answer; raises the error, as exchange() would have."""
+        if self.answer is None:
+            raise self.error or ScrapeError("no answer")
+        return self.answer
+
+
+def perform(ask: Ask, clock: Callable[[], float]) -> Outcome:
+    """Perform `ask` here and now, blocking (exchange()); its Outcome. Anything but ScrapeError is raised."""
+    started = clock()
+    try:
+        answer = exchange(
+            ask.url, ask.timeout, method=ask.method, body=ask.body, max_bytes=ask.max_bytes, key=ask.key, what=ask.what
+        )
+    except ScrapeError as exc:
+        return Outcome(None, exc, started, clock())
+    return Outcome(answer, None, started, clock())
+
+
+def drive(steps: Generator[Ask, Outcome, T], clock: Callable[[], float]) -> T:
+    """Run a look (observe.look) or one of api.py's questions to its end, performing each exchange it
+    asks for here, one after another."""
+    try:
+        ask = next(steps)
+        while True:
+            ask = steps.send(perform(ask, clock))
+    except StopIteration as stop:
+        result: T = stop.value
+        return result
 
 
 # --- the API key the exchanges send
