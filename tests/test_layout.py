@@ -57,6 +57,7 @@ LAYERS = {
     "stallprobe.watch": 8,
     "stallprobe.watch.command": 8,
     "stallprobe.watch.poll": 8,
+    "stallprobe.watch.loop": 8,
     "stallprobe.watch.runner": 8,
     "stallprobe.watch.view": 8,
     "stallprobe.watch.serve": 8,
@@ -72,6 +73,7 @@ PEERS = {
     ("stallprobe.watch.command", "stallprobe.watch.poll"),
     ("stallprobe.watch.command", "stallprobe.watch.view"),
     ("stallprobe.watch.poll", "stallprobe.watch.runner"),
+    ("stallprobe.watch.poll", "stallprobe.watch.loop"),
     ("stallprobe.watch.view", "stallprobe.watch.poll"),
     ("stallprobe.watch.serve", "stallprobe.watch.poll"),
     ("stallprobe.watch.command", "stallprobe.watch.serve"),
@@ -100,7 +102,13 @@ PEERS = {
 
 
 def test_peer_imports_have_no_cycle() -> None:
-    order = ["stallprobe.watch.runner", "stallprobe.watch.poll", "stallprobe.watch.view", "stallprobe.watch.serve"]
+    order = [
+        "stallprobe.watch.runner",
+        "stallprobe.watch.loop",
+        "stallprobe.watch.poll",
+        "stallprobe.watch.view",
+        "stallprobe.watch.serve",
+    ]
     order += ["stallprobe.watch.agent", "stallprobe.watch.command"]
     order.append("stallprobe.watch")
     order += [f"stallprobe.inject.{name}" for name in ("shell", "decide", "core", "splice", "manifests", "command")]

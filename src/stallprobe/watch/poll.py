@@ -6,9 +6,10 @@ lines and notes are report.py's. This module keeps what a watch remembers betwee
 history, how long each verdict has held, the hooks' memory) and builds one Row per engine per poll;
 WatchConfig is what it was asked to poll, and how.
 
-- Each endpoint is scraped in a thread of its own, under the probe's single deadline (--timeout), so a
-  slow or dead endpoint neither delays nor hides the others; an endpoint whose scrape is still stuck past
-  the deadline (a DNS lookup has none) gets no second thread until the first returns.
+- Every endpoint is looked at at once, on one thread (loop.Looks performs the exchanges that observe.look
+  asks for), each exchange under the probe's own deadline (--timeout), so a slow or dead endpoint
+  neither delays nor hides the others; an endpoint whose look is still stuck past the poll's deadline
+  (a DNS lookup has none) gets no second look until the first returns.
 - Two verdicts belong to the endpoint, not to an engine: `unreachable` (the scrape failed, exit 3) and
   `error` (the page is not one an engine writes, exit 4). They leave the detector's history as it was,
   as a failed probe run leaves its state file: a blip in the middle of a stall neither ends nor restarts it.
@@ -16,29 +17,31 @@ WatchConfig is what it was asked to poll, and how.
 
 from __future__ import annotations
 
-import threading
 import time
 
 from ..detector import EnginesAssessment, Verdict, assess_engines, readiness
 from ..errors import ScrapeError, StallprobeError
-from ..observe import budget, observe, silent
+from ..observe import budget, look, silent
 from ..options import WATCH
 from ..report import ERROR, UNREACHABLE, describe, note, num, precision, ready_line, secs, verdict_code
 from ..settings import LookSettings
 from .hooks import Memory, consider
+from .loop import Looks
 from .runner import Runner
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from ..detector import Assessment, State
     from ..engines import Dialect
     from ..observe import Observation
+    from .loop import Look
 
 __all__ = ["Row", "Watch", "WatchConfig"]
 
-# Each exchange's own deadline covers connect to last byte; this covers reading the page and a thread start.
+# Each exchange's own deadline covers connect to last byte; this covers reading the pages (one thread
+# reads them all).
 _GRACE = 1.0
 
 
@@ -150,36 +153,6 @@ class Row:
         self.hook = ""  # what the hooks did for this engine
 
 
-class _Scrape:
-    """One look at an endpoint (observe.observe), in a thread of its own; `done` is set when it has an
-    outcome."""
-
-    def __init__(
-        self, url: str, config: WatchConfig, previous: dict[str, State] | None, facts: dict[str, float]
-    ) -> None:
-        self.started = time.monotonic()
-        self.done = threading.Event()
-        self.outcome: Observation | StallprobeError | None = None
-        self.facts = dict(facts)  # the endpoint's own (when its last canary went out), for this thread
-        thread = threading.Thread(target=self._run, args=(url, config, previous), name=f"scrape {url}", daemon=True)
-        thread.start()
-
-    def _run(self, url: str, config: WatchConfig, previous: dict[str, State] | None) -> None:
-        # Anything a hostile page or host makes the library raise stays on this endpoint's row: one
-        # endpoint must never take the view of the others down.
-        try:
-            # The probe's look (page, idle questions, paused, health), off the poll's thread: a wedged
-            # core never answers /is_paused, and a dead host may never answer at all.
-            # The health route: asked only when a load balancer asks this watch (/ready, the agent).
-            self.outcome = observe(url, config, previous, self.facts, time.monotonic, readiness=config.routing)
-        except StallprobeError as exc:
-            self.outcome = exc
-        except Exception as exc:  # e.g. UnicodeError from a host the IDNA codec refuses
-            self.outcome = ScrapeError(f"scrape {url}: {exc}")
-        finally:
-            self.done.set()
-
-
 class _Endpoint:
     __slots__ = ("dialect", "facts", "pending", "states", "url")
 
@@ -187,15 +160,18 @@ class _Endpoint:
         self.url = url
         self.dialect: Dialect | None = None
         self.states: dict[str, State] | None = None  # the detector's history, in memory
-        self.pending: _Scrape | None = None
+        self.pending: Look | None = None
         self.facts: dict[str, float] = {}  # when its last canary went out
 
 
 class Watch:
     """The pool: each endpoint's history, how long each verdict has held, and the hooks."""
 
-    def __init__(self, config: WatchConfig, environ: Mapping[str, str]) -> None:
+    def __init__(self, config: WatchConfig, environ: Mapping[str, str], *, looks: Looks | None = None) -> None:
         self.config = config
+        # Every look's exchanges, on this thread; its clock is the watch's (tests give both a fake one).
+        self.looks = looks or Looks()
+        self.clock: Callable[[], float] = self.looks.clock
         self.endpoints = [_Endpoint(url) for url in config.urls]
         self.held: dict[tuple[str, str], tuple[str, float]] = {}
         self.memory = Memory()
@@ -203,14 +179,15 @@ class Watch:
 
     def poll(self) -> list[Row]:
         """Scrape every endpoint at once, judge each engine, run the hooks; the rows, in URL order."""
+        config, looks = self.config, self.looks
+        health = config.routing  # the health route: asked only when a load balancer asks (/ready, the agent)
         for endpoint in self.endpoints:
             if endpoint.pending is None:
-                endpoint.pending = _Scrape(endpoint.url, self.config, endpoint.states, endpoint.facts)
-        deadline = time.monotonic() + budget(self.config, readiness=self.config.routing) + _GRACE
-        for endpoint in self.endpoints:
-            if endpoint.pending is not None:
-                endpoint.pending.done.wait(max(0.0, deadline - time.monotonic()))
-        now, wall = time.monotonic(), time.time()
+                facts = dict(endpoint.facts)  # the look's own copy, kept only if it gets a page
+                steps = look(endpoint.url, config, endpoint.states, facts, readiness=health)
+                endpoint.pending = looks.start(endpoint.url, steps, facts)
+        looks.run(self.clock() + budget(config, readiness=health) + _GRACE)
+        now, wall = self.clock(), time.time()
         rows = [row for endpoint in self.endpoints for row in self._judge(endpoint, now)]
         held = {}
         for row in rows:
@@ -242,7 +219,7 @@ class Watch:
 
     def _judge(self, endpoint: _Endpoint, now: float) -> list[Row]:
         scrape = endpoint.pending
-        if scrape is None or not scrape.done.is_set():
+        if scrape is None or not scrape.done:
             started = scrape.started if scrape else now
             why = (
                 f"scrape {endpoint.url}: no answer within {num(self.config.timeout)} s; "

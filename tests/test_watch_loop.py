@@ -1,0 +1,302 @@
+"""watch's loop (watch/loop.py) in-process: the looks of many endpoints performed on one thread.
+
+Real servers on loopback answer (tests/stubengine.py, conftest.RawServer); the loop's clock is fake and
+moves only when the loop would wait and every socket it still has open is one whose server will never
+answer (or none is open), so deadlines pass without anyone sleeping. What a look asks and concludes is
+compared with the probe's blocking path (observe.observe) on the same engine.
+"""
+
+from __future__ import annotations
+
+import re
+import selectors
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from conftest import RawServer, vllm_page
+from stallprobe.detector import Sample, State
+from stallprobe.errors import ScrapeError
+from stallprobe.observe import Observation, look, observe
+from stallprobe.watch.loop import Looks
+from stallprobe.watch.poll import Watch, WatchConfig
+from stubengine import StubEngine
+
+WAIT = 60.0  # the bound on any real wait for a socket to become ready
+
+Behave = Callable[[socket.socket, threading.Event], None]
+
+
+class Clock:
+    """A monotonic clock that moves only when told."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Jumping(selectors.DefaultSelector):
+    """A real selector whose waits take no time on the fake clock while an answer can still come, and
+    jump the clock by the whole wait once nothing can: when the sockets open are only those that
+    `silent()` says will never be answered. `late` swallows the first answer that is ready to read and
+    jumps the clock by that much instead, as if the loop had been busy elsewhere while it arrived."""
+
+    def __init__(self, clock: Clock, silent: Callable[[], int] = lambda: 0, late: float = 0.0) -> None:
+        super().__init__()
+        self.clock = clock
+        self.silent = silent
+        self.late = late
+        self.jumped = 0.0
+        self.most_open = 0
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        bound = time.monotonic() + WAIT
+        while time.monotonic() < bound:
+            opened = len(self.get_map()) - 1  # the loop's own wake-up socket is always there
+            self.most_open = max(self.most_open, opened)
+            events: list[tuple[selectors.SelectorKey, int]] = super().select(0.01)
+            if self.late and any(mask & selectors.EVENT_READ and key.data is not None for key, mask in events):
+                self.clock.now += self.late
+                self.jumped += self.late
+                self.late = 0.0
+                return []
+            if events or timeout == 0:
+                return events
+            if opened <= self.silent() and timeout is not None:
+                self.clock.now += timeout
+                self.jumped += timeout
+                return []
+        raise AssertionError("no socket became ready and the wait could not jump")
+
+
+class Hung:
+    """A server that reads each request and never answers; `held` counts the connections it holds."""
+
+    def __init__(self, raw_server: Callable[[Behave], RawServer]) -> None:
+        self.held = 0
+        self.lock = threading.Lock()
+        self.server = raw_server(self.hold)
+        self.url = self.server.url
+
+    def hold(self, conn: socket.socket, stop: threading.Event) -> None:
+        with self.lock:
+            self.held += 1
+        stop.wait(WAIT)
+
+    def count(self) -> int:
+        with self.lock:
+            return self.held
+
+
+@pytest.fixture
+def engines() -> Iterator[Callable[[], StubEngine]]:
+    started: list[StubEngine] = []
+
+    def start() -> StubEngine:
+        engine = StubEngine(running=4, generation=1000, prompt=400)
+        engine.set(generation_step=5)
+        started.append(engine)
+        return engine
+
+    yield start
+    for engine in started:
+        engine.close()
+
+
+def refused() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}/metrics"
+
+
+def drive(steps: object, looks: Looks, until: float = 10.0) -> Observation:
+    """One look through the loop, to its end."""
+    one = looks.start("u", steps, {})  # type: ignore[arg-type]
+    looks.run(looks.clock() + until)
+    assert one.done
+    if isinstance(one.outcome, Exception):
+        raise one.outcome
+    assert isinstance(one.outcome, Observation)
+    return one.outcome
+
+
+def test_a_hung_endpoint_costs_the_poll_its_own_deadline_and_no_more(
+    engines: Callable[[], StubEngine], raw_server: Callable[[Behave], RawServer]
+) -> None:
+    hung = Hung(raw_server)
+    moving = [engines() for _ in range(3)]
+    clock = Clock()
+    selector = Jumping(clock, hung.count)
+    urls = [engine.url for engine in moving] + [hung.url]
+    watch = Watch(WatchConfig(urls, timeout=2.0), {}, looks=Looks(clock, selector=selector))
+    for verdicts in (["baseline"] * 3 + ["suspect"], ["progressing"] * 3 + ["suspect"]):
+        before = clock.now
+        rows = watch.poll()
+        assert [row.verdict for row in rows] == verdicts
+        # The others were judged in the same poll; the poll took the hung one's deadline: --timeout.
+        assert clock.now - before == pytest.approx(2.0)
+        assert rows[3].message.startswith(
+            f"suspect: scrape {hung.url}: no complete answer within 2 s; nothing answered"
+        )
+
+
+def test_an_answer_that_came_while_the_loop_was_busy_is_in_time(raw_server: Callable[[Behave], RawServer]) -> None:
+    """The loop reads every socket that holds an answer before it gives one up at its deadline."""
+    page = vllm_page(3, 10, 20)
+
+    def answer(conn: socket.socket, stop: threading.Event) -> None:  # the whole answer in one write
+        conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(page), page))
+
+    url = raw_server(answer).url
+    clock = Clock()
+    selector = Jumping(clock, late=2.5)  # the answer is there, but the loop looks only 2.5 s later
+    watch = Watch(WatchConfig([url], timeout=2.0), {}, looks=Looks(clock, selector=selector))
+    (row,) = watch.poll()
+    assert selector.jumped == 2.5
+    assert row.verdict == "baseline", row.message
+
+
+def test_a_refused_endpoint_reads_as_the_probes_line() -> None:
+    url = refused()
+    clock = Clock()
+    watch = Watch(WatchConfig([url], timeout=2.0), {}, looks=Looks(clock, selector=Jumping(clock)))
+    (row,) = watch.poll()
+    config = WatchConfig([url], timeout=2.0)
+    with pytest.raises(ScrapeError) as probe:
+        observe(url, config, None, {}, time.monotonic)
+    assert row.verdict == "unreachable"
+    assert row.message == f"unreachable: {probe.value}"
+    assert "connection refused (is the engine up on 127.0.0.1:" in row.message
+
+
+def frozen(running: float = 4) -> dict[str, State]:
+    """A history in which the engine was busy at the same counters a while ago: it would be suspect."""
+    from stallprobe.detector import assess_engines
+
+    sample = Sample(running, 1000, 400, 0.0)
+    return assess_engines(None, {"": sample}, 30.0, 1.0).states
+
+
+def idle_behind_a_login(engine: StubEngine) -> None:
+    engine.set(running=0, generation_step=0)
+    engine.route("/v1/models", b"<html>")
+
+
+# (what the stub does, WatchConfig flags, the history): each asks something different beyond the page.
+SITUATIONS: dict[str, tuple[Callable[[StubEngine], None], dict[str, object], Callable[[], dict[str, State] | None]]] = {
+    "moving": (lambda e: None, {}, lambda: None),
+    "frozen, /is_paused missing": (lambda e: e.set(generation_step=0), {}, frozen),
+    "paused": (lambda e: e.pause(), {}, frozen),
+    "asleep": (lambda e: e.sleep(), {}, frozen),
+    "idle, canary answered": (lambda e: e.set(running=0, generation_step=0), {"canary": True}, lambda: frozen(0)),
+    "idle, canary wrong": (idle_behind_a_login, {"canary": True}, lambda: frozen(0)),
+    "not a metrics page": (lambda e: e.route("/metrics", b"<html>login</html>"), {}, lambda: None),
+    "HTTP 500": (lambda e: e.route("/metrics", b"boom", 500), {}, lambda: None),
+}
+
+
+def outcome(steps: Callable[[], Observation], base: str) -> str:
+    """What a look concluded, but the sample times (the two drivers' clocks differ) and the engine's port."""
+    try:
+        seen = steps()
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}".replace(base, "BASE")
+    samples = {name: repr(sample).replace(f"t={sample.t!r}", "t=T") for name, sample in seen.samples.items()}
+    name = seen.dialect.name if seen.dialect else None
+    note = re.sub(r"answered in [0-9.]+ s", "answered in S s", seen.note)  # each driver's own clock
+    return f"{name} {samples} silence={seen.silence!r} note={note!r} health={seen.health!r}".replace(base, "BASE")
+
+
+def asked(situation: str, *, blocking: bool) -> tuple[str, list[tuple[str, str]]]:
+    """What one look at a fresh engine in `situation` concluded, and what it asked the engine, in order:
+    performed blocking (the probe's observe) or through the loop."""
+    make, flags, history = SITUATIONS[situation]
+    with StubEngine(running=4, generation=1000, prompt=400) as engine:
+        make(engine)
+        config = WatchConfig([engine.url], timeout=2.0, **flags)
+        previous = history()
+        if blocking:
+            got = outcome(
+                lambda: observe(engine.url, config, previous, {}, time.monotonic, readiness=True), engine.base
+            )
+        else:
+            clock = Clock()
+            looks = Looks(clock, selector=Jumping(clock))
+            steps = look(engine.url, config, previous, {}, readiness=True)
+            got = outcome(lambda: drive(steps, looks), engine.base)
+        return got, [(seen.method, seen.path) for seen in engine.requests]
+
+
+@pytest.mark.parametrize("situation", sorted(SITUATIONS))
+def test_a_look_through_the_loop_asks_and_concludes_as_the_probe(situation: str) -> None:
+    told = [asked(situation, blocking=True), asked(situation, blocking=False)]
+    assert told[0] == told[1]
+    assert told[0][1]  # the stub was asked: the comparison is of something
+
+
+def test_a_lookup_that_outlives_the_poll_leaves_the_endpoint_pending_with_one_lookup_at_a_time(
+    engines: Callable[[], StubEngine],
+) -> None:
+    engine = engines()
+    gate = threading.Event()
+    lookups: list[bytes] = []
+
+    def resolve(host: bytes, port: int) -> list[tuple[int, int, int, tuple[object, ...]]]:
+        lookups.append(host)
+        assert gate.wait(WAIT)
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, ("127.0.0.1", port))]
+
+    url = f"http://engine.invalid:{engine.port}/metrics"
+    clock = Clock()
+    looks = Looks(clock, selector=Jumping(clock), resolve=resolve)
+    watch = Watch(WatchConfig([url], timeout=2.0), {}, looks=looks)
+    for _ in range(2):
+        (row,) = watch.poll()
+        assert row.verdict == "suspect"
+        assert "still waiting after" in row.message
+        assert "(is its host name resolving?)" in row.message
+    assert lookups == [b"engine.invalid"]  # no second lookup while the first has not returned
+    gate.set()
+    bound = time.monotonic() + WAIT
+    while not looks.resolved and time.monotonic() < bound:  # the resolver thread hands its answer over
+        threading.Event().wait(0.01)
+    (row,) = watch.poll()  # the lookup came back after the exchange's deadline, as exchange() would say
+    assert row.message.startswith(f"suspect: scrape {url}: no complete answer within 2 s")
+    (row,) = watch.poll()  # a new look, its lookup answered at once
+    assert row.verdict == "baseline", row.message
+    assert lookups == [b"engine.invalid"] * 2
+
+
+def test_more_endpoints_than_descriptors_wait_their_turn(engines: Callable[[], StubEngine]) -> None:
+    moving = [engines() for _ in range(5)]
+    clock = Clock()
+    selector = Jumping(clock)
+    looks = Looks(clock, selector=selector, limit=2)
+    watch = Watch(WatchConfig([engine.url for engine in moving], timeout=2.0), {}, looks=looks)
+    assert [row.verdict for row in watch.poll()] == ["baseline"] * 5
+    assert [row.verdict for row in watch.poll()] == ["progressing"] * 5
+    assert selector.most_open == 2
+
+
+def test_a_host_whose_first_address_refuses_is_reached_at_the_next(engines: Callable[[], StubEngine]) -> None:
+    engine = engines()
+    dead = int(refused().split(":")[2].split("/")[0])
+
+    def resolve(host: bytes, port: int) -> list[tuple[int, int, int, tuple[object, ...]]]:
+        return [
+            (socket.AF_INET, socket.SOCK_STREAM, 6, ("127.0.0.1", dead)),
+            (socket.AF_INET, socket.SOCK_STREAM, 6, ("127.0.0.1", port)),
+        ]
+
+    clock = Clock()
+    looks = Looks(clock, selector=Jumping(clock), resolve=resolve)
+    url = f"http://engine.invalid:{engine.port}/metrics"
+    watch = Watch(WatchConfig([url], timeout=2.0), {}, looks=looks)
+    (row,) = watch.poll()
+    assert row.verdict == "baseline", row.message
