@@ -360,8 +360,10 @@ _INF = float("inf")
 
 
 def _present(page: bytes, name: str) -> bool:
-    # Presence only: read_engines parses the lines once the dialect is chosen.
-    return has_samples(page, name) or is_declared(page, name)
+    # Presence only: read_engines parses the lines once the dialect is chosen. A name nowhere in the page
+    # (one search, stopped at the first hit) is on no line of it: another engine's name costs one search,
+    # not three (its samples, its # TYPE, its # HELP).
+    return name.encode() in page and (has_samples(page, name) or is_declared(page, name))
 
 
 def _html(page: bytes) -> bool:
@@ -374,23 +376,21 @@ def detect(page: bytes, candidates: Sequence[Dialect] = DIALECTS) -> Dialect:
 
     When none fits but one has some of its families on the page, the error names the ones it lacks.
     """
-    fits = []
-    partial: list[tuple[Dialect, list[str]]] = []
-    for dialect in candidates:
-        required = dialect.required()
-        # A plain substring search first (cheap): most pages carry one engine's names only.
-        if not any(name.encode() in page for name in required):
-            continue
-        missing = [name for name in required if not _present(page, name)]
-        if not missing:
-            fits.append(dialect)
-        elif len(missing) < len(required):
-            partial.append((dialect, missing))
+    # The usual page: one dialect has every family, and each other lacks its first outright (one search
+    # each, where telling what it lacks would search for every one of its names).
+    fits = [dialect for dialect in candidates if all(_present(page, name) for name in dialect.required())]
     if len(fits) == 1:
         return fits[0]
     if fits:
         names = " and ".join(d.name for d in fits)
         raise MetricsError(f"the page fits {names}: pass --engine to choose")
+    # None fits: say what the one that comes closest lacks.
+    partial: list[tuple[Dialect, list[str]]] = []
+    for dialect in candidates:
+        required = dialect.required()
+        missing = [name for name in required if not _present(page, name)]
+        if len(missing) < len(required):
+            partial.append((dialect, missing))
     if len(partial) == 1:
         dialect, missing = partial[0]
         raise MetricsError(f"required metric missing from the {dialect.name} page: {', '.join(missing)}")
