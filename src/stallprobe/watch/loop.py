@@ -33,8 +33,8 @@ from ..scrape import Outcome, Reading, failure, host_bytes, parse_url, request_b
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import queue
     from collections.abc import Callable, Generator
-    from concurrent.futures import Future, ThreadPoolExecutor
 
     from ..observe import Observation
     from ..scrape import Answer, Ask
@@ -143,7 +143,7 @@ class Looks:
         self.live: set[_Exchange] = set()  # exchanges not yet finished, resolving included
         self.resolved: list[tuple[_Exchange, list[Address] | OSError]] = []  # from the resolver threads
         self.lock = threading.Lock()
-        self.executor: ThreadPoolExecutor | None = None
+        self.lookups: queue.SimpleQueue[tuple[_Exchange, bytes]] | None = None  # for the resolver threads
         self.numeric: dict[tuple[str, int], list[Address] | None] = {}  # an IP's address never changes
         self.wake_r, self.wake_w = socket.socketpair()
         self.wake_r.setblocking(False)
@@ -244,28 +244,38 @@ class Looks:
         look.exchange = None
 
     def _lookup(self, exchange: _Exchange) -> None:
-        if self.executor is None:
-            from concurrent.futures import ThreadPoolExecutor
-
-            self.executor = ThreadPoolExecutor(_RESOLVERS, thread_name_prefix="stallprobe-resolve")
         try:
             name = host_bytes(exchange.host)
         except UnicodeError as exc:
             self._finish(exchange, ScrapeError(f"scrape {exchange.look.url}: {exc}"))
             return
-        future = self.executor.submit(self.resolve, name, exchange.port)
+        if self.lookups is None:
+            import queue
 
-        def resolved(done: Future[list[Address]]) -> None:
-            error = done.exception()
-            outcome = done.result() if error is None else error if isinstance(error, OSError) else OSError(str(error))
+            self.lookups = queue.SimpleQueue()
+            for number in range(_RESOLVERS):
+                # Daemons: a lookup that never returns must not hold the process at its exit.
+                name_of = f"stallprobe-resolve-{number}"
+                threading.Thread(target=self._resolver, args=(self.lookups,), name=name_of, daemon=True).start()
+        self.lookups.put((exchange, name))
+
+    def _resolver(self, lookups: queue.SimpleQueue[tuple[_Exchange, bytes]]) -> None:
+        """A resolver thread: each lookup asked for, handed back to the loop (woken by a byte)."""
+        while True:
+            exchange, name = lookups.get()
+            outcome: list[Address] | OSError
+            try:
+                outcome = self.resolve(name, exchange.port)
+            except OSError as exc:
+                outcome = exc
+            except Exception as exc:  # anything the resolver raises is this endpoint's failure alone
+                outcome = OSError(str(exc))
             with self.lock:
                 self.resolved.append((exchange, outcome))
             try:
                 self.wake_w.send(b"x")
             except OSError:  # full (the loop will read them all at once) or closed
                 pass
-
-        future.add_done_callback(resolved)
 
     def _take_resolved(self) -> None:
         try:
