@@ -162,6 +162,28 @@ def test_an_answer_that_came_while_the_loop_was_busy_is_in_time(raw_server: Call
     assert row.verdict == "baseline", row.message
 
 
+def test_a_poll_the_watch_itself_overran_says_so_and_the_answer_counts_at_the_next(
+    raw_server: Callable[[Behave], RawServer],
+) -> None:
+    """The loop busy past the poll's own deadline (a starved CPU): the endpoint is still waiting, with no
+    word of DNS; the next poll reads the answer that came meanwhile and starts no second look."""
+    page = vllm_page(3, 10, 20)
+
+    def answer(conn: socket.socket, stop: threading.Event) -> None:
+        conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(page), page))
+
+    server = raw_server(answer)
+    clock = Clock()
+    selector = Jumping(clock, late=10.0)  # past the exchange's deadline and the poll's (2 + 1 + 1 s)
+    watch = Watch(WatchConfig([server.url], timeout=2.0), {}, looks=Looks(clock, selector=selector))
+    (row,) = watch.poll()
+    assert row.verdict == "suspect"
+    assert "still waiting after 10 s;" in row.message
+    assert "resolving" not in row.message
+    (row,) = watch.poll()
+    assert row.verdict == "baseline", row.message
+
+
 def test_a_refused_endpoint_reads_as_the_probes_line() -> None:
     url = refused()
     clock = Clock()

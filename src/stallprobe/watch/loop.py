@@ -86,6 +86,12 @@ class Look:
         self.outcome: Observation | StallprobeError | None = None
         self.exchange: _Exchange | None = None
 
+    @property
+    def resolving(self) -> bool:
+        """Whether the look waits on its host name's lookup."""
+        exchange = self.exchange
+        return exchange is not None and exchange.sock is None and not exchange.addresses
+
 
 class _Exchange:
     """One Ask on a non-blocking socket: resolving, connecting, sending, reading, then an Outcome."""

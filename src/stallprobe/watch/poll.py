@@ -221,9 +221,11 @@ class Watch:
         scrape = endpoint.pending
         if scrape is None or not scrape.done:
             started = scrape.started if scrape else now
+            # Only a name lookup outlives its exchange's deadline; else the watch itself was starved.
+            hint = " (is its host name resolving?)" if scrape is None or scrape.resolving else ""
             why = (
                 f"scrape {endpoint.url}: no answer within {num(self.config.timeout)} s; "
-                f"still waiting after {secs(now - started)} s (is its host name resolving?)"
+                f"still waiting after {secs(now - started)} s{hint}"
             )
             return self._rows(endpoint, silent(endpoint.states, now, why), "")
         endpoint.pending = None
