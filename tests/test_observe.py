@@ -210,7 +210,7 @@ def test_a_look_asks_only_what_the_page_cannot_tell(
     assert engine.asked == asked
     assert all(bool(sample.paused) is paused for sample in seen.samples.values())
     assert seen.health == health
-    assert bool(seen.silence) is silence
+    assert bool(seen.unanswered) is silence
     assert all(sample.answered is not silence for sample in seen.samples.values())
 
 

@@ -89,7 +89,7 @@ def test_each_verdict_has_its_line(steps: list[dict[str, Sample]], line: str) ->
 
 def test_a_silent_page_says_why_and_for_how_long() -> None:
     result, before = judged({"0": S(4, 5, 5, 0)}, {"0": S(0, 0, 0, 50, answered=False)})
-    line = describe(result, before, "", 120, silence="scrape x: no complete answer within 3 s")
+    line = describe(result, before, "", 120, unanswered="scrape x: no complete answer within 3 s")
     assert line == "suspect: scrape x: no complete answer within 3 s; nothing answered for 50 s (window 120 s)"
 
 

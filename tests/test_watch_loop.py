@@ -232,7 +232,7 @@ def outcome(steps: Callable[[], Observation], base: str) -> str:
     samples = {name: repr(sample).replace(f"t={sample.t!r}", "t=T") for name, sample in seen.samples.items()}
     name = seen.dialect.name if seen.dialect else None
     note = re.sub(r"answered in [0-9.]+ s", "answered in S s", seen.note)  # each driver's own clock
-    return f"{name} {samples} silence={seen.silence!r} note={note!r} health={seen.health!r}".replace(base, "BASE")
+    return f"{name} {samples} silence={seen.unanswered!r} note={note!r} health={seen.health!r}".replace(base, "BASE")
 
 
 def asked(situation: str, *, blocking: bool) -> tuple[str, list[tuple[str, str]]]:

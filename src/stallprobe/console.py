@@ -18,7 +18,7 @@ try:
 except ImportError:  # not a POSIX system
     import os as _system  # type: ignore[no-redef]
 
-__all__ = ["emit", "end", "show", "silence", "tell"]
+__all__ = ["abandon_stdout", "emit", "end", "show", "tell"]
 
 
 def emit(text: str) -> bool:
@@ -29,7 +29,7 @@ def emit(text: str) -> bool:
         sys.stdout.write(text + "\n")
         sys.stdout.flush()
     except (OSError, ValueError):  # a pipe with no reader, a closed descriptor; ValueError: a closed file
-        silence()
+        abandon_stdout()
         return False
     return True
 
@@ -53,7 +53,7 @@ def tell(text: str) -> None:
         pass
 
 
-def silence() -> None:
+def abandon_stdout() -> None:
     """Point stdout's descriptor at /dev/null, so that the interpreter's last flush of what is still
     buffered succeeds (a failed one ends the process with status 120)."""
     try:

@@ -51,26 +51,26 @@ class Observation:
     there was no answer ("" when there was), what the questions to an idle-looking engine learnt, and
     why the health route says the engine does not serve (None: not asked; "": it serves)."""
 
-    __slots__ = ("dialect", "health", "note", "samples", "silence")
+    __slots__ = ("dialect", "health", "note", "samples", "unanswered")
 
     def __init__(
         self,
         dialect: Dialect | None,
         samples: dict[str, Sample],
         *,
-        silence: str = "",
+        unanswered: str = "",
         note: str = "",
         health: str | None = None,
     ) -> None:
         self.dialect = dialect
         self.samples = samples
-        self.silence = silence
+        self.unanswered = unanswered
         self.note = note
         self.health = health
 
     def __repr__(self) -> str:
         name = self.dialect.name if self.dialect else None
-        return f"Observation({name!r}, {self.samples!r}, silence={self.silence!r}, note={self.note!r})"
+        return f"Observation({name!r}, {self.samples!r}, unanswered={self.unanswered!r}, note={self.note!r})"
 
 
 def origin(url: str) -> str:
@@ -83,7 +83,7 @@ def silent(previous: Mapping[str, State] | None, now: float, why: str) -> Observ
     """No answer in time: a sample without numbers for every engine seen before (a slow answer is not a
     wedge; the detector runs the stall clock from the last answer)."""
     names = list(previous) if previous else [""]
-    return Observation(None, {name: Sample(0, 0, 0, now, answered=False) for name in names}, silence=why)
+    return Observation(None, {name: Sample(0, 0, 0, now, answered=False) for name in names}, unanswered=why)
 
 
 def observe(

@@ -217,13 +217,13 @@ def _report(
         code = ExitCode.OK if ready else ExitCode.STALLED
         line = ready_line(
             result, previous, why, window, seen.dialect,
-            ready=ready, health=seen.health, silence=seen.silence, note=seen.note,
+            ready=ready, health=seen.health, unanswered=seen.unanswered, note=seen.note,
         )  # fmt: skip
     else:
         code = verdict_code(result.verdict)
         worst = result.engines[result.worst]
         line = describe(
-            result, previous, why, window, precision(seen.dialect, worst), silence=seen.silence, note=seen.note
+            result, previous, why, window, precision(seen.dialect, worst), unanswered=seen.unanswered, note=seen.note
         )
     if config.report_only and code != ExitCode.OK:
         line = f"{line}; {report_only_note(code)}"
@@ -231,7 +231,7 @@ def _report(
         import json  # only on this path: json pulls in re, which the plain line does not need
 
         dialect = seen.dialect.name if seen.dialect else None
-        fields = json_fields(result, seen.samples if not seen.silence else {}, dialect, window, line)
+        fields = json_fields(result, seen.samples if not seen.unanswered else {}, dialect, window, line)
         if config.ready:
             fields["ready"] = code == ExitCode.OK
         line = json.dumps(fields, sort_keys=True)

@@ -28,13 +28,13 @@ __all__ = [
     "duration",
     "error_fields",
     "json_fields",
-    "note",
     "num",
-    "owed",
+    "owed_words",
     "precision",
     "ready_line",
     "report_only_note",
     "secs",
+    "short_why",
     "unjudged_line",
     "verdict_code",
 ]
@@ -90,7 +90,7 @@ def frozen(one: Assessment, precision: str) -> str:
     return f"{text}; {precision}" if precision else text
 
 
-def owed(sample: Sample) -> str:
+def owed_words(sample: Sample) -> str:
     """Which requests a frozen engine with nothing running owes: "" when requests run (or are pending
     outside its gauges: their words are in the head), else those waiting and why they count."""
     if sample.running or sample.pending or not sample.waiting or not sample.answered:
@@ -138,21 +138,23 @@ def describe(
     window: float,
     precision: str = "",
     *,
-    silence: str = "",
+    unanswered: str = "",
     note: str = "",
 ) -> str:
     """The one line a person reads in `kubectl describe pod`: the verdict of the worst engine.
 
     `first` says why there is no history at all (a state file that could not be used), "" when there is
-    none to say; `precision` is engines.precision_note() of the worst engine; `silence` is why the page
+    none to say; `precision` is engines.precision_note() of the worst engine; `unanswered` is why the page
     gave no answer (then there are no numbers to tell); `note` is what else the probe learnt (a canary).
     """
     engines = result.engines
     worst = engines[result.worst]
     s = worst.state.last
     verdict = result.verdict
-    if silence:
-        return f"{verdict.value}: {silence}; nothing answered for {secs(worst.stalled_for)} s (window {num(window)} s)"
+    if unanswered:
+        return (
+            f"{verdict.value}: {unanswered}; nothing answered for {secs(worst.stalled_for)} s (window {num(window)} s)"
+        )
     who = ""
     if len(engines) > 1:
         alike = [name for name, one in engines.items() if one.verdict is verdict]
@@ -180,7 +182,7 @@ def describe(
             line += f"; {SATURATED_NOTE}"
     else:
         line = f"{head}; {frozen(worst, '')} (window {num(window)} s)" + (f"; {precision}" if precision else "")
-        line += f"; {owed(s)}" if owed(s) else ""
+        line += f"; {owed_words(s)}" if owed_words(s) else ""
     return f"{line}; {note}" if note else line
 
 
@@ -193,7 +195,7 @@ def ready_line(
     *,
     ready: bool,
     health: str | None,
-    silence: str = "",
+    unanswered: str = "",
     note: str = "",
 ) -> str:
     """The readiness line, for the probe's --ready and watch's /ready: `routing` is detector.readiness()'s
@@ -202,7 +204,7 @@ def ready_line(
     (stuck or paused), else the health route's why."""
     line = describe(
         routing, previous, first, drain_after, precision(dialect, routing.engines[routing.worst]),
-        silence=silence, note=note,
+        unanswered=unanswered, note=note,
     )  # fmt: skip
     if ready:
         return f"ready: {line}"
@@ -220,7 +222,7 @@ def report_only_note(code: int) -> str:
     return f"report-only: exit 0, not {code}"
 
 
-def note(
+def short_why(
     one: Assessment, before: State | None, previous: Mapping[str, State] | None, first: str, precision: str
 ) -> str:
     """The short why of one engine's verdict, for watch's table ("" when the verdict says it all)."""
@@ -229,7 +231,7 @@ def note(
     if one.verdict is Verdict.SATURATED:
         return SATURATED_NOTE
     if one.verdict in (Verdict.SUSPECT, Verdict.STALLED):
-        why = owed(one.state.last)
+        why = owed_words(one.state.last)
         return f"{frozen(one, precision)}; {why}" if why else frozen(one, precision)
     return ""
 

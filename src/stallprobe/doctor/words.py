@@ -236,12 +236,18 @@ def verdict_lines(config: LookSettings, looks: Looks) -> Topics:
     seen, result = last.seen, last.result
     worst = result.engines[result.worst]
     line = describe(
-        result, last.before, "", config.window, precision(seen.dialect, worst), silence=seen.silence, note=seen.note
+        result,
+        last.before,
+        "",
+        config.window,
+        precision(seen.dialect, worst),
+        unanswered=seen.unanswered,
+        note=seen.note,
     )
     lines.append(("last look", line))
     ready = ready_line(
         last.routing, last.before, "", config.drain_after, seen.dialect,
-        ready=last.ready, health=seen.health, silence=seen.silence, note=seen.note,
+        ready=last.ready, health=seen.health, unanswered=seen.unanswered, note=seen.note,
     )  # fmt: skip
     lines.append(("readiness", ready))
     return lines
@@ -273,7 +279,7 @@ def summary(config: LookSettings, last: Look, plan: Plan) -> str:
         f"the kubelet restarts it about {num(restart)} s after its last progress (window {num(window)} s + period "
         f"{plan.period} s x (failureThreshold {plan.failure} - 1))"
     )
-    how = "no answer" if last.seen.silence else "busy with no progress"
+    how = "no answer" if last.seen.unanswered else "busy with no progress"
     frozen = f"{how} for {secs(worst.stalled_for)} s"
     if result.verdict is Verdict.STALLED:
         return f"stalled now: {frozen} (window {num(window)} s), so the probe fails it now; {kubelet}"

@@ -19,7 +19,7 @@ from __future__ import annotations
 import sys
 
 from .. import __version__
-from ..console import silence, tell
+from ..console import abandon_stdout, tell
 from ..errors import ExitCode, InjectError, OutputError
 from ..helppage import help_page
 from ..options import INJECT
@@ -118,7 +118,7 @@ def _emit(text: str) -> None:
                 data = data[written:]
         sys.stdout.flush()
     except (OSError, ValueError) as exc:  # ValueError: a closed stream
-        silence()  # what is still buffered would fail again at exit (an "Exception ignored", exit 120)
+        abandon_stdout()  # what is still buffered would fail again at exit (an "Exception ignored", exit 120)
         raise OutputError(
             f"stdout was closed before the output was whole ({getattr(exc, 'strerror', None) or exc})"
         ) from None

@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 
-from ..console import show, silence, tell
+from ..console import abandon_stdout, show, tell
 from ..errors import ExitCode, UsageError
 from ..helppage import help_page
 from ..options import WATCH
@@ -132,7 +132,7 @@ def _run(watch: Watch, output: Output, board: Board | None) -> int:
         try:
             _show(output, rows)
         except _OutputGone:
-            silence()  # nothing left to flush at exit
+            abandon_stdout()  # nothing left to flush at exit
         return once_code(rows)  # the verdicts make the code, whether or not anyone read them
     next_at = time.monotonic()
     while True:
@@ -238,7 +238,7 @@ def _serve(watch: Watch, config: WatchConfig, output: Output, board: Board | Non
     except _OutputGone:
         # The reader went away (`| head`), or stdout was closed: nothing more to say, and nothing to flush
         # at exit.
-        silence()
+        abandon_stdout()
         return ExitCode.OK
     finally:
         try:

@@ -23,7 +23,7 @@ from ..detector import EnginesAssessment, Verdict, assess_engines, readiness
 from ..errors import ScrapeError, StallprobeError
 from ..observe import budget, look, silent
 from ..options import WATCH
-from ..report import ERROR, UNREACHABLE, describe, note, num, precision, ready_line, secs, verdict_code
+from ..report import ERROR, UNREACHABLE, describe, num, precision, ready_line, secs, short_why, verdict_code
 from ..settings import LookSettings
 from .hooks import Memory, consider
 from .loop import Looks
@@ -261,7 +261,7 @@ class Watch:
             row.ready = ready
             row.ready_message = ready_line(
                 routing, previous, fresh, config.drain_after, dialect,
-                ready=ready, health=seen.health, silence=seen.silence, note=seen.note,
+                ready=ready, health=seen.health, unanswered=seen.unanswered, note=seen.note,
             )  # fmt: skip
             rows.append(row)
         return rows
@@ -294,10 +294,10 @@ def _engine_row(
     code = verdict_code(one.verdict)
     dialect_name = dialect.name if dialect else None
     engine = name if several else None
-    if seen.silence:
+    if seen.unanswered:
         prefix = f"scrape {url}: "
-        why = seen.silence[len(prefix) :] if seen.silence.startswith(prefix) else seen.silence
-        message = describe(EnginesAssessment({name: one}), previous, "", window, silence=seen.silence)
+        why = seen.unanswered[len(prefix) :] if seen.unanswered.startswith(prefix) else seen.unanswered
+        message = describe(EnginesAssessment({name: one}), previous, "", window, unanswered=seen.unanswered)
         note_text = f"{why}; nothing answered for {secs(one.stalled_for)} s"
         return Row(url, name, one.verdict.value, code, message, engine=engine, dialect=dialect_name,
                    stalled_for=one.stalled_for, note=note_text)  # fmt: skip
@@ -323,5 +323,5 @@ def _engine_row(
         prompt_rate=prompt_rate,
         generation_rate=generation_rate,
         stalled_for=one.stalled_for,
-        note="; ".join(part for part in (note(one, before, previous, fresh, why_frozen), seen.note) if part),
+        note="; ".join(part for part in (short_why(one, before, previous, fresh, why_frozen), seen.note) if part),
     )
