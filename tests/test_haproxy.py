@@ -401,10 +401,9 @@ def lb(tmp_path: Path) -> Iterator[Pool]:
         pool.close()
 
 
-@pytest.mark.needs("haproxy")
-def test_a_wedged_engine_is_drained_long_before_it_is_restarted_and_a_saturated_one_stays_in(
-    lb: Pool, tmp_path: Path
-) -> None:
+def three_engines(lb: Pool) -> tuple[StubEngine, StubEngine, StubEngine]:
+    """The pool both HAProxy timelines start from: a steady llama.cpp, a saturated SGLang (a deep queue,
+    decoding slowly, answering slowly) and the vLLM that will wedge, each moving."""
     steady = lb.add("steady", StubEngine("llamacpp", running=2))
     steady.set(generation_step=5)
     saturated = lb.add("saturated", StubEngine("sglang", running=12, waiting=99))
@@ -412,6 +411,14 @@ def test_a_wedged_engine_is_drained_long_before_it_is_restarted_and_a_saturated_
     saturated.routes["/v1/completions"] = Route(saturated.completion, delay=0.2)
     victim = lb.add("victim", StubEngine(running=4))
     victim.set(generation_step=5, kv_cache=0.4)
+    return steady, saturated, victim
+
+
+@pytest.mark.needs("haproxy")
+def test_a_wedged_engine_is_drained_long_before_it_is_restarted_and_a_saturated_one_stays_in(
+    lb: Pool, tmp_path: Path
+) -> None:
+    steady, saturated, victim = three_engines(lb)
     hook = Hook(tmp_path)
     client = lb.start(hook)
 
@@ -515,13 +522,7 @@ def health_checks(engine: StubEngine, since: float) -> int:
 @pytest.mark.needs("haproxy")
 def test_the_agent_drains_and_puts_back_and_a_dead_watch_takes_no_server_out(agent_lb: Pool) -> None:
     lb = agent_lb
-    steady = lb.add("steady", StubEngine("llamacpp", running=2))
-    steady.set(generation_step=5)
-    saturated = lb.add("saturated", StubEngine("sglang", running=12, waiting=99))
-    saturated.set(generation_step=1)  # a deep queue, decoding slowly
-    saturated.routes["/v1/completions"] = Route(saturated.completion, delay=0.2)
-    victim = lb.add("victim", StubEngine(running=4))
-    victim.set(generation_step=5, kv_cache=0.4)
+    steady, saturated, victim = three_engines(lb)
     paused = lb.add("paused", StubEngine(running=3))
     paused.set(generation_step=5)
     client = lb.start(None)
