@@ -132,3 +132,20 @@ def test_every_page_says_one_drain_time() -> None:
         text = page.read_text(encoding="utf-8")
         for number in re.findall(r"drain\w* (?:at|about|after) (?:about |~)?(\d+) s", text):
             assert number == expected, (page.name, number)
+
+
+def test_the_poll_bound_the_pools_page_gives_is_the_code_s() -> None:
+    """pools.md's bound on one poll of watch: the page's --timeout, the stuck engine's one question
+    (api.PAUSE_QUERY_TIMEOUT), and the poll's grace for reading the pages (watch.poll._GRACE)."""
+    from stallprobe.api import PAUSE_QUERY_TIMEOUT
+    from stallprobe.report import num
+    from stallprobe.watch import poll
+
+    text = " ".join((DOCS / "pools.md").read_text(encoding="utf-8").split())
+    said = re.search(
+        r"`--timeout` for the page, (\S+) s for the one question an engine that looks stuck is asked, "
+        r"`--timeout` more for each other question asked\) plus a grace of (\S+) s",
+        text,
+    )
+    assert said, "pools.md no longer says how long a poll can take"
+    assert said.groups() == (num(PAUSE_QUERY_TIMEOUT), num(poll._GRACE))
