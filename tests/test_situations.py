@@ -392,6 +392,27 @@ def test_readiness_drains_a_wedged_engine_long_before_liveness_restarts_it(stub:
     assert probe(stub, state, "--ready")[1].startswith("ready: progressing: 4 running")
 
 
+@pytest.mark.parametrize(("window", "drain_after", "ready_until"), [(20, 30, 20), (30, 30, 30), (120, 30, 30)])
+def test_a_stalled_engine_is_never_ready_whichever_window_is_shorter(
+    stub: StubEngine, tmp_path: Path, window: int, drain_after: int, ready_until: int
+) -> None:
+    """The exact pair of commands a pod runs, at window pairs an operator may choose: readiness is lost at
+    the earlier of --drain-after and --window, so an engine the liveness probe is about to restart never
+    keeps its traffic."""
+    state = tmp_path / "probe.state"
+    stub.routes["/health"] = Route(b"")
+    stub.routes["/metrics"] = Route(vllm_page(4, 100, 50))
+    flags = ("--window", str(window), "--drain-after", str(drain_after))
+    probe(stub, state, *flags)
+    rewind(state, ready_until - 1)
+    assert probe(stub, state, *flags, "--ready")[0] == ExitCode.OK
+    rewind(state, 1)
+    code, line = probe(stub, state, *flags, "--ready")
+    assert (code, line.split(";")[0]) == (ExitCode.STALLED, "not ready: stalled: 4 running, 0 waiting"), line
+    live = probe(stub, state, *flags)[0]
+    assert live == (ExitCode.STALLED if window <= ready_until else ExitCode.OK)
+
+
 def test_a_paused_engine_is_alive_but_not_ready(stub: StubEngine, tmp_path: Path) -> None:
     state = tmp_path / "probe.state"
     stub.routes["/health"] = Route(b"")
