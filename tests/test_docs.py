@@ -149,3 +149,23 @@ def test_the_poll_bound_the_pools_page_gives_is_the_code_s() -> None:
     )
     assert said, "pools.md no longer says how long a poll can take"
     assert said.groups() == (num(PAUSE_QUERY_TIMEOUT), num(poll._GRACE))
+
+
+def test_cost_figures_quoted_elsewhere_are_cost_md_s_current_ones() -> None:
+    """A ratio to the bare interpreter quoted outside docs/cost.md is the one this round's table gives for
+    what inject writes (the liveness run, the larger of its two interpreters, to one decimal)."""
+    cost = (DOCS / "cost.md").read_text(encoding="utf-8")
+    current = cost[cost.index("**This round**") : cost.index("**The previous round**")]
+    row = next(line for line in current.splitlines() if line.startswith("| what `inject` writes, liveness"))
+    ratios = [float(cell.strip(" *")) for cell in row.split("|")[3:6:2]]
+    assert len(ratios) == 2
+    expected = f"{max(ratios):.1f}"
+    quoted = []
+    for page in READ:
+        if page.name == "cost.md":
+            continue
+        text = " ".join(page.read_text(encoding="utf-8").split())
+        quoted += [(page.name, found) for found in re.findall(r"about (\d\.\d+) times a bare Python", text)]
+    assert quoted, "the README no longer quotes the probe's cost"
+    for name, found in quoted:
+        assert found == expected, (name, found, expected)

@@ -59,6 +59,7 @@ TOOLS = (
     "stallprobe/inject/",
     "stallprobe/pyz.py",
     "stallprobe/serving.py",
+    "stallprobe/stanza.py",
     "stallprobe/watch/",
 )
 # The modules a probe run loads get bytecode (tests/test_cost.py checks that this is exactly the set a
