@@ -1,5 +1,6 @@
-"""vLLM's CPU build for tests/test_real_vllm.py: its venv, a tiny random Llama it can serve,
-and its server process.
+"""vLLM's CPU build for tests/test_real_vllm.py and tests/timeline.py: its venv, a tiny random Llama it can serve,
+its server process (`serve` starts one as the tests run it), and `Engine`, what the tests do to a running server
+(load, pause, wedge, admission refused) and read from its page apart from the probe.
 
 The generic half (server process, load, probe runner, page reader, SIGSTOP, CPU pinning) is tests/realengine.py.
 Nothing comes from a model hub: the tokenizer is trained at run time on generated text and the weights are
@@ -24,11 +25,25 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
-from realengine import HOST, EngineUnavailable, ServerProcess, command_line, descendants
+from realengine import (
+    HOST,
+    EngineUnavailable,
+    Load,
+    ServerProcess,
+    command_line,
+    descendants,
+    free_port,
+    http_request,
+    read_families,
+    server_cpus,
+    sigcont,
+)
 from vllm_refuse_kv import ENV as REFUSE_KV_ENV
 
 VLLM_VERSION = "0.32.0"
@@ -291,10 +306,161 @@ class VllmServer(ServerProcess):
         return None
 
 
+# Tokens a generation asks for by default (ignore_eos): tens of seconds at this model's speed on one core, many
+# times what a test's runs take, and within the model's context (MAX_MODEL_LEN) after the prompt.
+LONG = 8000
+# Bounds on waiting for the engine: generous, since a slow machine only makes them wait longer.
+STARTUP_TIMEOUT = 300.0
+ENGINE_TIMEOUT = 60.0
+
+Page = dict[str, float]
+
+
+def progress(page: Page) -> float:
+    """The sum of the two token counters: it moves whenever the engine completes a prefill or decodes."""
+    return sum(page.get(name, 0.0) for name in COUNTERS)
+
+
+@contextmanager
+def serve(tmp: Path, startup_timeout: float, extra: Sequence[str], log: Callable[[str], None]) -> Iterator[VllmServer]:
+    """vLLM's server, from the venv (made or reused) and a tiny model written under `tmp`, on a free port of
+    127.0.0.1 with its dev routes and the test patch's control file (`tmp`/refuse-kv, absent: vLLM as it is);
+    pinned to CPU 0 with this process (and so every probe run and every load thread) on the other CPUs; once
+    /health answers, yielded; stopped, whatever state it is in, at the end. `extra` goes on its command line."""
+    venv = default_venv()
+    ensure_venv(venv, sys.executable, reinstall=False, log=log)
+    python = venv / "bin" / "python"
+    (tmp / "vllm").mkdir(parents=True)
+    make_model(python, tmp / "model", tmp / "vllm")
+    cpus = server_cpus("auto")
+    mine = os.sched_getaffinity(0)
+    server = VllmServer(
+        python, tmp / "model", free_port(), tmp, cpus, dev_mode=True, refuse_kv=tmp / "refuse-kv", extra=extra
+    )
+    try:
+        if cpus is not None:
+            os.sched_setaffinity(0, mine - cpus)
+        try:
+            server.wait_healthy(f"{server.url}/health", startup_timeout, poll=0.5)
+        except EngineUnavailable as exc:
+            raise EngineUnavailable(f"{exc}:\n{server.log_tail()}") from None
+        core = server.engine_core()
+        assert core is not None, server.log_tail()
+        if cpus is not None:
+            # The whole point of pinning: the engine core never shares a CPU with the probe's runs.
+            assert os.sched_getaffinity(core) == cpus
+            assert not os.sched_getaffinity(0) & cpus
+        yield server
+    finally:
+        os.sched_setaffinity(0, mine)
+        server.stop(grace=30)
+
+
+class Engine:
+    """The server under test, and what the tests do to it."""
+
+    def __init__(self, server: VllmServer) -> None:
+        self.server = server
+        self.loads: list[Load] = []
+
+    @property
+    def metrics_url(self) -> str:
+        return f"{self.server.url}/metrics"
+
+    def page(self) -> Page:
+        """The families of FAMILIES, each summed, and the waiting requests by reason ("capacity", "deferred")."""
+        values, lines = read_families(self.metrics_url, (*FAMILIES, BY_REASON))
+        values.pop(BY_REASON, None)
+        for line in lines:
+            if line.startswith(BY_REASON + "{"):
+                reason = line.split('reason="', 1)[1].split('"', 1)[0]
+                values[reason] = values.get(reason, 0.0) + float(line.rsplit(" ", 1)[1])
+        return values
+
+    def refuse_kv(self, refuse: bool) -> None:
+        """Make the KV-cache manager refuse every new request (the test patch's control file), or stop it."""
+        control = self.server.refuse_kv
+        assert control is not None
+        if refuse:
+            control.touch()
+        else:
+            control.unlink(missing_ok=True)
+
+    def core(self) -> int:
+        pid = self.server.engine_core()
+        assert pid is not None, f"no VLLM::EngineCore process under the server:\n{self.server.log_tail()}"
+        return pid
+
+    def request(self, method: str, path: str, timeout: float = 30.0) -> tuple[int, str]:
+        return http_request(method, f"{self.server.url}{path}", timeout=timeout)
+
+    def is_paused(self) -> bool:
+        status, body = self.request("GET", "/is_paused", timeout=5)
+        assert status == 200, body
+        return body.replace(" ", "") == '{"is_paused":true}'
+
+    def generate(
+        self, workers: int, max_tokens: int = LONG, *, repeat: bool = False, limit: float = 600, **extra: object
+    ) -> Load:
+        """`workers` streamed completions of `max_tokens` tokens each, kept in flight until `reset` (each sent again
+        as it ends while `repeat`, for at most `limit` seconds); `extra` goes into the request's body."""
+        body: dict[str, object] = {
+            "model": SERVED_NAME,
+            "prompt": PROMPT,
+            "max_tokens": max_tokens,
+            "ignore_eos": True,
+            "stream": True,
+            **extra,
+        }
+        load = Load(self.server.port, "/v1/completions", body, workers=workers, repeat=repeat, limit=limit)
+        self.loads.append(load)
+        return load
+
+    def wait_for(self, ok: Callable[[Page], bool], what: str, timeout: float = ENGINE_TIMEOUT) -> Page:
+        """Read the page until `ok` holds of it (bounded); the page that did."""
+        deadline = time.monotonic() + timeout
+        page = self.page()
+        while not ok(page):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{what}: not within {timeout:g} s; last page {page}")
+            time.sleep(0.1)
+            page = self.page()
+        return page
+
+    def wait_moved(self, past: float) -> Page:
+        """Wait until the engine's counters move past `past` (a total a probe run saw)."""
+        return self.wait_for(lambda page: progress(page) > past, f"the counters to move past {past:g}")
+
+    def wait_frozen(self, gap: float = 0.5, timeout: float = ENGINE_TIMEOUT) -> Page:
+        """Wait until two reads `gap` seconds apart are the same: the last numbers an engine core sent before it
+        stopped are in (they travel to the API server asynchronously)."""
+        deadline = time.monotonic() + timeout
+        previous = self.page()
+        while True:
+            time.sleep(gap)
+            page = self.page()
+            if page == previous:
+                return page
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the page still changed after {timeout:g} s: {previous} then {page}")
+            previous = page
+
+    def reset(self) -> None:
+        """Back to idle, whatever a test left: its requests hung up on, the engine core running, no pause, KV
+        blocks for new requests."""
+        self.refuse_kv(False)
+        for load in self.loads:
+            load.close()
+        self.loads.clear()
+        sigcont(self.core())
+        status, body = self.request("POST", "/resume")
+        assert status == 200, body
+        self.wait_for(lambda page: page[RUNNING] == 0 and page[WAITING] == 0, "idle after the test")
+
+
 def main() -> int:
     """Make or reuse the venv, and say which: .ci/run's first vLLM step, so that its log shows the install."""
     import argparse
-    import sys
 
     parser = argparse.ArgumentParser(description="Make (or reuse) the vLLM venv that tests/test_real_vllm.py runs.")
     parser.add_argument("--venv", type=Path, default=default_venv(), help="default: %(default)s")

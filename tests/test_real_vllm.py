@@ -31,9 +31,7 @@ Every wait is bounded.
 
 from __future__ import annotations
 
-import os
 import random
-import sys
 import threading
 import time
 import uuid
@@ -44,32 +42,25 @@ import pytest
 
 from conftest import rewind
 from realengine import (
-    Load,
     Probe,
     ProbeRun,
-    free_port,
     http_get,
-    http_request,
     process_state,
-    read_families,
-    server_cpus,
     sigcont,
     sigstop,
     thread_cpu_ticks,
 )
 from realvllm import (
-    BY_REASON,
-    COUNTERS,
-    FAMILIES,
+    ENGINE_TIMEOUT,
     KV_CACHE,
-    PROMPT,
     RUNNING,
-    SERVED_NAME,
+    STARTUP_TIMEOUT,
     WAITING,
+    Engine,
+    Page,
     VllmServer,
-    default_venv,
-    ensure_venv,
-    make_model,
+    progress,
+    serve,
 )
 
 pytestmark = pytest.mark.vllm
@@ -77,12 +68,6 @@ pytestmark = pytest.mark.vllm
 # Short, so that a rewind of one window is all a stall takes; the probe's runs are back to back (a tenth of a
 # second each, pinned), so no run before a rewind comes near it.
 WINDOW = 4.0
-# Tokens a generation asks for (ignore_eos): tens of seconds at this model's speed on one core, many times what
-# a test's runs take, and within the model's context (realvllm.MAX_MODEL_LEN) after the prompt.
-LONG = 8000
-# Bounds on waiting for the engine: generous, since a slow machine only makes them wait longer.
-STARTUP_TIMEOUT = 300.0
-ENGINE_TIMEOUT = 60.0
 # The probe's deadline for each exchange (the page, the canary): short, so that a canary that gets no answer
 # costs a run only this long.
 PROBE_TIMEOUT = 2.0
@@ -103,8 +88,6 @@ BURST_TOKENS = 128
 # alternatives): about 8 s of compiling on this machine's CPU, while the request waits "deferred".
 SCHEMA_PROPERTIES = 300
 
-Page = dict[str, float]
-
 
 def generated(page: Page) -> float:
     return page.get("vllm:generation_tokens_total", 0.0)
@@ -112,11 +95,6 @@ def generated(page: Page) -> float:
 
 def generated_is(total: float) -> Callable[[Page], bool]:
     return lambda page: generated(page) == total
-
-
-def progress(page: Page) -> float:
-    """The sum of the two token counters: it moves whenever the engine completes a prefill or decodes."""
-    return sum(page.get(name, 0.0) for name in COUNTERS)
 
 
 def seen_by(run: ProbeRun) -> float:
@@ -127,137 +105,13 @@ def seen_by(run: ProbeRun) -> float:
     return prompt + generation
 
 
-class Engine:
-    """The server under test, and what the tests do to it."""
-
-    def __init__(self, server: VllmServer) -> None:
-        self.server = server
-        self.loads: list[Load] = []
-
-    @property
-    def metrics_url(self) -> str:
-        return f"{self.server.url}/metrics"
-
-    def page(self) -> Page:
-        """The families of FAMILIES, each summed, and the waiting requests by reason ("capacity", "deferred")."""
-        values, lines = read_families(self.metrics_url, (*FAMILIES, BY_REASON))
-        values.pop(BY_REASON, None)
-        for line in lines:
-            if line.startswith(BY_REASON + "{"):
-                reason = line.split('reason="', 1)[1].split('"', 1)[0]
-                values[reason] = values.get(reason, 0.0) + float(line.rsplit(" ", 1)[1])
-        return values
-
-    def refuse_kv(self, refuse: bool) -> None:
-        """Make the KV-cache manager refuse every new request (the test patch's control file), or stop it."""
-        control = self.server.refuse_kv
-        assert control is not None
-        if refuse:
-            control.touch()
-        else:
-            control.unlink(missing_ok=True)
-
-    def core(self) -> int:
-        pid = self.server.engine_core()
-        assert pid is not None, f"no VLLM::EngineCore process under the server:\n{self.server.log_tail()}"
-        return pid
-
-    def request(self, method: str, path: str, timeout: float = 30.0) -> tuple[int, str]:
-        return http_request(method, f"{self.server.url}{path}", timeout=timeout)
-
-    def is_paused(self) -> bool:
-        status, body = self.request("GET", "/is_paused", timeout=5)
-        assert status == 200, body
-        return body.replace(" ", "") == '{"is_paused":true}'
-
-    def generate(self, workers: int, max_tokens: int = LONG, **extra: object) -> Load:
-        """`workers` streamed completions of `max_tokens` tokens each, kept in flight until the test ends; `extra`
-        goes into the request's body."""
-        body: dict[str, object] = {
-            "model": SERVED_NAME,
-            "prompt": PROMPT,
-            "max_tokens": max_tokens,
-            "ignore_eos": True,
-            "stream": True,
-            **extra,
-        }
-        load = Load(self.server.port, "/v1/completions", body, workers=workers, limit=600)
-        self.loads.append(load)
-        return load
-
-    def wait_for(self, ok: Callable[[Page], bool], what: str, timeout: float = ENGINE_TIMEOUT) -> Page:
-        """Read the page until `ok` holds of it (bounded); the page that did."""
-        deadline = time.monotonic() + timeout
-        page = self.page()
-        while not ok(page):
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{what}: not within {timeout:g} s; last page {page}")
-            time.sleep(0.1)
-            page = self.page()
-        return page
-
-    def wait_moved(self, past: float) -> Page:
-        """Wait until the engine's counters move past `past` (a total a probe run saw)."""
-        return self.wait_for(lambda page: progress(page) > past, f"the counters to move past {past:g}")
-
-    def wait_frozen(self, gap: float = 0.5, timeout: float = ENGINE_TIMEOUT) -> Page:
-        """Wait until two reads `gap` seconds apart are the same: the last numbers an engine core sent before it
-        stopped are in (they travel to the API server asynchronously)."""
-        deadline = time.monotonic() + timeout
-        previous = self.page()
-        while True:
-            time.sleep(gap)
-            page = self.page()
-            if page == previous:
-                return page
-            if time.monotonic() > deadline:
-                raise AssertionError(f"the page still changed after {timeout:g} s: {previous} then {page}")
-            previous = page
-
-    def reset(self) -> None:
-        """Back to idle, whatever a test left: its requests hung up on, the engine core running, no pause, KV
-        blocks for new requests."""
-        self.refuse_kv(False)
-        for load in self.loads:
-            load.close()
-        self.loads.clear()
-        sigcont(self.core())
-        status, body = self.request("POST", "/resume")
-        assert status == 200, body
-        self.wait_for(lambda page: page[RUNNING] == 0 and page[WAITING] == 0, "idle after the test")
-
-
 @pytest.fixture(scope="module")
 def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
     """vLLM's server on a free port of 127.0.0.1, pinned to CPU 0, with this process (and so every probe run)
     on the other CPUs; stopped, whatever state it is in, when the module ends."""
-    venv = default_venv()
-    ensure_venv(venv, sys.executable, reinstall=False, log=print)
-    python = venv / "bin" / "python"
-    tmp = tmp_path_factory.mktemp("vllm")
-    (tmp / "vllm").mkdir()
-    make_model(python, tmp / "model", tmp / "vllm")
-    cpus = server_cpus("auto")
-    mine = os.sched_getaffinity(0)
-    # The test patch's control file: absent (vLLM as it is) but while a test makes the KV cache refuse requests.
     extra = ["--max-num-seqs", str(MAX_NUM_SEQS)]
-    server = VllmServer(
-        python, tmp / "model", free_port(), tmp, cpus, dev_mode=True, refuse_kv=tmp / "refuse-kv", extra=extra
-    )
-    try:
-        if cpus is not None:
-            os.sched_setaffinity(0, mine - cpus)
-        server.wait_healthy(f"{server.url}/health", STARTUP_TIMEOUT, poll=0.5)
-        core = server.engine_core()
-        assert core is not None, server.log_tail()
-        if cpus is not None:
-            # The whole point of pinning: the engine core never shares a CPU with the probe's runs.
-            assert os.sched_getaffinity(core) == cpus
-            assert not os.sched_getaffinity(0) & cpus
+    with serve(tmp_path_factory.mktemp("vllm"), STARTUP_TIMEOUT, extra, log=print) as server:
         yield server
-    finally:
-        os.sched_setaffinity(0, mine)
-        server.stop(grace=30)
 
 
 @pytest.fixture
