@@ -296,7 +296,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if vllm:
         terminalreporter.write_line(
             f"{len(vllm)} tests of a real vLLM deselected: they need a 3.4 GB venv of its CPU build, which "
-            ".ci/run makes and runs them in (pytest -m vllm tests/test_real_vllm.py)"
+            ".ci/run makes and runs them in (pytest -m vllm tests/test_real_vllm.py tests/test_timeline.py)"
         )
 
 
