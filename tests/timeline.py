@@ -460,19 +460,25 @@ class Timeline:
         return next((run for run in self.runs_since(kind, since) if ok(run)), None)
 
     def run_cycle(self, cycle: int) -> None:
+        """Every phase in turn. A situation that cannot be made or undone (the engine did not do what a phase
+        asked of it) is a problem of its phase; everything is undone, and the cycle ends there."""
         for phase in PHASES:
-            self.run_phase(phase, cycle)
+            if self.outcomes:
+                self.close(self.outcomes[-1])
+            # The first phase holds the probes' first runs too.
+            outcome = Outcome(phase, cycle, self.now() if self.outcomes else 0.0)
+            self.outcomes.append(outcome)
+            try:
+                self.run_phase(outcome)
+            except (AssertionError, EngineUnavailable, OSError) as exc:
+                outcome.problems.append(f"the engine did not follow: {type(exc).__name__}: {exc}")
+                self.situations.undo_all()
+                return
 
-    def run_phase(self, phase: Phase, cycle: int) -> None:
-        scale = self.scale
-        if self.outcomes:
-            self.close(self.outcomes[-1])
-        # The first phase holds the probes' first runs too.
-        outcome = Outcome(phase, cycle, self.now() if self.outcomes else 0.0)
-        self.outcomes.append(outcome)
-        self.log(f"--- {phase.name} (cycle {cycle}): {phase.enter_how}")
-        outcome.began = phase.enter(self.situations) - self.origin
-        began = outcome.began
+    def run_phase(self, outcome: Outcome) -> None:
+        phase, scale = outcome.phase, self.scale
+        self.log(f"--- {phase.name} (cycle {outcome.cycle}): {phase.enter_how}")
+        outcome.began = began = phase.enter(self.situations) - self.origin
         if phase.liveness == "stalls":
             # Held until the kubelet would restart the pod (failureThreshold stalled runs in a row), and readiness
             # has drained it; at most until either is missed.
@@ -520,23 +526,26 @@ class Timeline:
         return streak
 
     def close(self, outcome: Outcome) -> None:
-        """End `outcome` now, and judge it."""
+        """End `outcome` now, and judge it (unless its situation could not be made: its problem says so)."""
         outcome.end = self.now()
-        judge(outcome, self)
+        if not math.isnan(outcome.began):
+            runs = {kind: self.kubelet.runs(kind) for kind in self.probes}
+            judge(outcome, self.scale, self.timeout_seconds, runs)
         self.log(f"    {row(outcome)}")
         for problem in outcome.problems:
             self.log(f"    PROBLEM {problem}")
 
 
-def judge(outcome: Outcome, timeline: Timeline) -> None:
-    """What the probes said during `outcome`'s phase, against what they must say (the module's docstring)."""
-    phase, scale = outcome.phase, timeline.scale
+def judge(outcome: Outcome, scale: Scale, seconds: dict[str, int], every: dict[str, list[ProbeRun]]) -> None:
+    """What the probes said during `outcome`'s phase (`every` run of each, by kind), against what they must say
+    (the module's docstring); `seconds` is each kind's timeoutSeconds. Fills in `outcome`'s counts, times and
+    problems."""
+    phase = outcome.phase
     problems = outcome.problems
     began, end = outcome.began, outcome.end
     left = outcome.left if not math.isnan(outcome.left) else end
     moved = outcome.moved
-    seconds = timeline.timeout_seconds
-    runs = {kind: [r for r in timeline.kubelet.runs(kind) if outcome.entered <= r.at < end] for kind in seconds}
+    runs = {kind: [run for run in every[kind] if outcome.entered <= run.at < end] for kind in seconds}
     outcome.liveness_runs, outcome.readiness_runs = len(runs["liveness"]), len(runs["readiness"])
     for kind, kind_runs in runs.items():
         outcome.longest[kind] = max((run.took for run in kind_runs), default=math.nan)
@@ -639,7 +648,7 @@ COLUMNS = (
 )  # fmt: skip
 
 
-def seconds(values: Sequence[float]) -> str:
+def times(values: Sequence[float]) -> str:
     """A time, or the range of times over the cycles; "-" when none applies."""
     known = [value for value in values if not math.isnan(value)]
     if not known:
@@ -662,9 +671,9 @@ def cells(outcomes: Sequence[Outcome], limits: dict[str, int]) -> list[str]:
         f"{sum(o.liveness_runs for o in outcomes)}/{sum(o.readiness_runs for o in outcomes)}",
         str(sum(o.false_stalls for o in outcomes)),
         str(sum(o.missed_stalls for o in outcomes)),
-        seconds([o.to_not_ready for o in outcomes]),
-        seconds([o.to_stalled for o in outcomes]),
-        seconds([o.back_to_ready for o in outcomes]),
+        times([o.to_not_ready for o in outcomes]),
+        times([o.to_stalled for o in outcomes]),
+        times([o.back_to_ready for o in outcomes]),
         " / ".join(longest) + " s",
     ]
 
