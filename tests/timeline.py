@@ -5,7 +5,8 @@ liveness and readiness probes as the kubelet runs them: tests/test_timeline.py r
     .venv/bin/python tests/timeline.py --minutes 60
 
 the long form (the same timeline repeated, the README's windows and periods), printing the per-situation table
-that docs/failure-modes.md quotes.
+that docs/failure-modes.md quotes (`--short` runs the test's windows instead; exit 0 when nothing was found
+wrong, 1 when something was, 2 when the server did not come up).
 
 Each situation alone has a test of its own (tests/test_real_vllm.py), on an engine made idle before it. Here one
 engine meets them in turn under steady load: saturated, paused for a weight update and resumed, wedged
@@ -712,8 +713,12 @@ def run_timeline(
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
-    parser.add_argument("--minutes", type=float, default=60, help="repeat the timeline for this long (default 60)")
+    parser = argparse.ArgumentParser(
+        description="Take one real vLLM through the fault timeline, judged by the README's probes; print the table."
+    )
+    parser.add_argument(
+        "--minutes", type=float, help="repeat the timeline until this long has passed (default 60; with --short, once)"
+    )
     parser.add_argument("--short", action="store_true", help="the short form's windows instead of the README's")
     args = parser.parse_args()
 
@@ -727,7 +732,8 @@ def main() -> int:
         try:
             with serve(Path(tmp) / "vllm", STARTUP_TIMEOUT, ["--max-num-seqs", str(MAX_NUM_SEQS)], log) as server:
                 log(f"vLLM up in {time.monotonic() - started:.0f} s at {server.url}")
-                timeline = run_timeline(server, Path(tmp) / "probes", scale, log, minutes=args.minutes)
+                minutes = args.minutes if args.minutes is not None else 0 if args.short else 60
+                timeline = run_timeline(server, Path(tmp) / "probes", scale, log, minutes=minutes)
         except EngineUnavailable as exc:
             print(f"timeline: {exc}", file=sys.stderr)
             return 2
