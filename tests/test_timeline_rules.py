@@ -23,6 +23,8 @@ STALLED = (1, "stalled: 4 running, 0 waiting; no token progress for 25 s (window
 READY = (0, "ready: saturated: 4 running, 2 waiting; +0 prompt and +90 generation tokens in 1.0 s")
 DRAINED = (1, "not ready: stalled: 4 running, 0 waiting; no token progress for 13 s (window 12 s)")
 PAUSED = (0, "paused: 4 running, 2 waiting; paused by its operator (/is_paused), paused for 5.0 s")
+SILENT = (0, "suspect: scrape http://127.0.0.1:1/metrics: no complete answer within 3 s; nothing answered for 4 s")
+HEALTH_SILENT = (1, "not ready: health http://127.0.0.1:1/health: no complete answer within 3 s")
 OUT = (1, "not ready: paused: 4 running, 2 waiting; paused by its operator (/is_paused), paused for 5.0 s")
 
 
@@ -46,6 +48,7 @@ class Scenario:
     false_stalls: int = 0
     missed_stalls: int = 0
     problems: tuple[str, ...] = ()  # each found in some problem; none at all when empty
+    notes: int = 0
 
 
 SCENARIOS = {
@@ -117,6 +120,19 @@ SCENARIOS = {
         left=math.nan,
         problems=("no run said 'saturated: '",),
     ),
+    "slow API server, a health route that got no answer: the rule's not ready, a note": Scenario(
+        "slow API server",
+        lambda t: SILENT if t == 4 else MOVING,
+        lambda t: HEALTH_SILENT if t == 9 else READY,
+        notes=1,
+    ),
+    "saturated, the same run is a fault": Scenario(
+        "saturated",
+        lambda t: MOVING,
+        lambda t: HEALTH_SILENT if t == 9 else READY,
+        left=math.nan,
+        problems=("not ready while saturated",),
+    ),
     "paused, as promised": Scenario("paused", lambda t: PAUSED if t < 30 else MOVING, drain(1, 30, OUT)),
     "paused, still routed": Scenario(
         "paused", lambda t: PAUSED if t < 30 else MOVING, lambda t: READY, problems=("never said not ready",)
@@ -157,6 +173,7 @@ def test_the_judge_of_a_phase(name: str) -> None:
     assert (outcome.false_stalls, outcome.missed_stalls) == (scenario.false_stalls, scenario.missed_stalls), (
         outcome.problems
     )
+    assert len(outcome.notes) == scenario.notes, outcome.notes
     if not scenario.problems:
         assert outcome.problems == []
     for expected in scenario.problems:
