@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import re
 import sys
 import tempfile
@@ -50,6 +49,7 @@ from pathlib import Path
 
 import yaml
 
+from conftest import clean_env
 from realengine import EngineUnavailable, Load, Probe, ProbeRun, sigcont, sigstop
 from realvllm import ENGINE_TIMEOUT, RUNNING, STARTUP_TIMEOUT, WAITING, Engine, VllmServer, progress, serve
 from stallprobe.observe import kubelet_timeout
@@ -416,8 +416,7 @@ class Timeline:
         self.origin = time.monotonic()
         # The probes' $TMPDIR: their default state file, one for both (it is named after the URL), lives there.
         folder.mkdir(parents=True, exist_ok=True)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("STALLPROBE_")}
-        env["TMPDIR"] = str(folder)
+        env = clean_env(TMPDIR=str(folder))
         url = f"{server.url}/metrics"
         commands = {
             kind: [sys.executable, *(url if word == STANZA_URL else word for word in stanza.command[1:])]
