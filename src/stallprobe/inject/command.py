@@ -38,7 +38,6 @@ __all__ = ["InjectConfig", "main"]
 
 # A ConfigMap holds at most 1 MiB (the API server's limit), and the archive rides in one.
 MAX_PYZ = 1024 * 1024
-KRM_API = "config.kubernetes.io/v1"
 
 DESCRIPTION = """\
 usage: stallprobe inject [-f FILE] [options]

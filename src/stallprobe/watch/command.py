@@ -170,8 +170,9 @@ def main(argv: Sequence[str], environ: Mapping[str, str]) -> int:
 
         return show(help_text() if config == "help" else f"stallprobe {__version__}")
     assert isinstance(config, WatchConfig)
-    # Said where a load balancer follows the readiness rule: that is what a drain window is for.
-    warning = drain_warning(config.drain_after, config.window) if config.listen is not None else ""
+    # Said where a load balancer follows the readiness rule (/ready or the agent): what a drain window is for.
+    routed = config.listen is not None or config.agent is not None
+    warning = drain_warning(config.drain_after, config.window) if routed else ""
     if warning:
         tell(f"stallprobe watch: {warning}")
     watch = Watch(config, environ)
