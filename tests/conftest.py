@@ -314,3 +314,13 @@ def validate(doc: dict[str, Any]) -> None:
             kubernetes_validate.validate(pod, version, strict=True)
     elif doc["kind"] != "ClusterServingRuntime":
         kubernetes_validate.validate(doc, version, strict=True)
+
+
+@pytest.fixture
+def served() -> Iterator[Any]:
+    """The suite's one stub engine (tests/stubengine.py) for a test that only needs a page served: set
+    what a path answers with `served.route(path, body)`; `served.url` is its /metrics."""
+    from stubengine import StubEngine
+
+    with StubEngine() as stub:
+        yield stub

@@ -13,10 +13,10 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from pytest_httpserver import HTTPServer
 
 from conftest import rewind, vllm_page
 from stallprobe.pyz import HOT, TOOLS, launcher
+from stubengine import StubEngine
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD_PYZ = ROOT / "scripts" / "build-pyz"
@@ -99,17 +99,17 @@ def test_archive_holds_source_and_bytecode_beside_it_and_is_small(pyz: Path) -> 
     assert pyz.stat().st_size < MAX_PYZ_BYTES
 
 
-def test_source_only_build(tmp_path: Path, httpserver: HTTPServer) -> None:
+def test_source_only_build(tmp_path: Path, served: StubEngine) -> None:
     plain = build(tmp_path / "plain.pyz", "--no-bytecode")
     with zipfile.ZipFile(plain) as archive:
         assert not [name for name in archive.namelist() if name.endswith(".pyc")]
     assert plain.stat().st_size < 128 * 1024  # ~100 KB of deflated sources
-    httpserver.expect_request("/metrics").respond_with_data(frozen_busy_page(), content_type=CONTENT_TYPE)
-    code, line = run_pyz(plain, httpserver.url_for("/metrics"), tmp_path / "probe.state")
+    served.route("/metrics", frozen_busy_page())
+    code, line = run_pyz(plain, served.url, tmp_path / "probe.state")
     assert (code, line[:10]) == (0, "baseline: ")
 
 
-def test_bytecode_of_another_python_falls_back_to_the_source(pyz: Path, tmp_path: Path, httpserver: HTTPServer) -> None:
+def test_bytecode_of_another_python_falls_back_to_the_source(pyz: Path, tmp_path: Path, served: StubEngine) -> None:
     """An archive built for another Python (another magic number) must still run, from its sources."""
     foreign = tmp_path / "foreign.pyz"
     with zipfile.ZipFile(pyz) as source, zipfile.ZipFile(foreign, "w") as target:
@@ -118,8 +118,8 @@ def test_bytecode_of_another_python_falls_back_to_the_source(pyz: Path, tmp_path
             if info.filename.endswith(".pyc"):
                 data = b"\x00\x00" + data[2:]  # no Python's magic
             target.writestr(info, data)
-    httpserver.expect_request("/metrics").respond_with_data(frozen_busy_page(), content_type=CONTENT_TYPE)
-    url = httpserver.url_for("/metrics")
+    served.route("/metrics", frozen_busy_page())
+    url = served.url
     state = tmp_path / "probe.state"
     assert run_pyz(foreign, url, state, "--window", WINDOW)[0] == 0
     rewind(state, PAUSE)
@@ -132,9 +132,9 @@ def test_two_builds_of_the_same_source_are_the_same_bytes(pyz: Path, tmp_path: P
     assert again.read_bytes() == pyz.read_bytes()
 
 
-def test_frozen_busy_engine_is_baseline_then_stalled(pyz: Path, httpserver: HTTPServer, tmp_path: Path) -> None:
-    httpserver.expect_request("/metrics").respond_with_data(frozen_busy_page(), content_type=CONTENT_TYPE)
-    url = httpserver.url_for("/metrics")
+def test_frozen_busy_engine_is_baseline_then_stalled(pyz: Path, served: StubEngine, tmp_path: Path) -> None:
+    served.route("/metrics", frozen_busy_page())
+    url = served.url
     state = tmp_path / "probe.state"
 
     code, line = run_pyz(pyz, url, state, "--window", WINDOW)
@@ -156,10 +156,11 @@ def test_every_real_vllm_page_is_found() -> None:
 
 
 @pytest.mark.parametrize("name", sorted(path.name for path in REAL.glob("*.prom")))
-def test_real_page_reads(pyz: Path, httpserver: HTTPServer, tmp_path: Path, name: str) -> None:
+def test_real_page_reads(pyz: Path, served: StubEngine, tmp_path: Path, name: str) -> None:
     page = (REAL / name).read_bytes()
-    httpserver.expect_request("/metrics").respond_with_data(page, content_type=CONTENT_TYPE)
-    code, line = run_pyz(pyz, httpserver.url_for("/metrics"), tmp_path / "probe.state")
+    served.route("/metrics", page)
+    served.route("/health", b"", 404)  # no health route to fall back on: a page that cannot be read is exit 4
+    code, line = run_pyz(pyz, served.url, tmp_path / "probe.state")
     if name == NO_FAMILIES:
         assert code == 4, line
         assert line.startswith("error: no known engine"), line
@@ -169,20 +170,20 @@ def test_real_page_reads(pyz: Path, httpserver: HTTPServer, tmp_path: Path, name
         assert line.startswith("paused: " if "asleep" in name else "baseline: "), line
 
 
-def test_the_archive_is_the_probe_alone_and_its_run_pays_for_nothing_else(pyz: Path, httpserver: HTTPServer) -> None:
+def test_the_archive_is_the_probe_alone_and_its_run_pays_for_nothing_else(pyz: Path, served: StubEngine) -> None:
     """No tool rides in it (each entry is read at every run); its bytecode imports no __future__ (the flag
     is the compiler's); the launcher turns the cycle collector off before the first import; and a tool
     asked of it says where to get it, in one line."""
     with zipfile.ZipFile(pyz) as archive:
         names = archive.namelist()
     assert not [name for name in names if name.startswith(TOOLS)]
-    httpserver.expect_request("/metrics").respond_with_data(frozen_busy_page(), content_type="text/plain")
+    served.route("/metrics", frozen_busy_page())
     # main() in place of run(), which ends the process at once, with no chance to look.
     program = launcher(str(pyz)).replace(
         "import run; run()", "import main; main(); print(sorted(sys.modules), gc.isenabled())"
     )
     done = subprocess.run(
-        [sys.executable, "-I", "-S", "-c", program, "--url", httpserver.url_for("/metrics"), "--state-file",
+        [sys.executable, "-I", "-S", "-c", program, "--url", served.url, "--state-file",
          str(pyz.parent / "alone.state")],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip

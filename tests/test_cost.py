@@ -11,11 +11,9 @@ import json
 import subprocess
 import sys
 
-from pytest_httpserver import HTTPServer
-from werkzeug import Response
-
 from conftest import REPO, vllm_page
 from stallprobe.pyz import HOT
+from stubengine import StubEngine
 
 # Each pulls in at least `re` or a chain of modules: several milliseconds a run, every ~10 s, every pod.
 OFF_THE_HOT_PATH = {
@@ -86,13 +84,11 @@ def test_importing_the_package_loads_only_the_detector() -> None:
     }
 
 
-def test_a_whole_probe_run_stays_off_the_slow_modules(httpserver: HTTPServer, tmp_path: object) -> None:
+def test_a_whole_probe_run_stays_off_the_slow_modules(served: StubEngine, tmp_path: object) -> None:
     pages = iter([vllm_page(3, 10, 20), vllm_page(3, 12, 20)])
-    httpserver.expect_request("/metrics").respond_with_handler(
-        lambda _: Response(next(pages), content_type="text/plain")
-    )
+    served.route("/metrics", lambda: next(pages))
     state = f"{tmp_path}/probe.state"
-    args = ["--url", httpserver.url_for("/metrics"), "--state-file", state]
+    args = ["--url", served.url, "--state-file", state]
     body = f"from stallprobe.cli import main\nmain({args!r})\nmain({args!r})"
     out, modules = loaded_by(body)
     assert out.splitlines()[0].startswith("baseline: 3 running")
@@ -106,34 +102,32 @@ def test_a_whole_probe_run_stays_off_the_slow_modules(httpserver: HTTPServer, tm
     }
 
 
-def test_a_probe_run_never_loads_inject_or_ruamel(httpserver: HTTPServer, tmp_path: object) -> None:
+def test_a_probe_run_never_loads_inject_or_ruamel(served: StubEngine, tmp_path: object) -> None:
     """ruamel.yaml is a dependency of the package (for inject), importable wherever stallprobe is
     pip-installed: a probe run, even one whose site-packages hold it, must not load it."""
     import ruamel.yaml  # noqa: F401 - it is installed here: the run below could load it
 
-    httpserver.expect_request("/metrics").respond_with_data(vllm_page(3, 10, 20), content_type="text/plain")
-    args = ["--url", httpserver.url_for("/metrics"), "--state-file", f"{tmp_path}/probe.state"]
+    served.route("/metrics", vllm_page(3, 10, 20))
+    args = ["--url", served.url, "--state-file", f"{tmp_path}/probe.state"]
     out, modules = loaded_by(f"from stallprobe.cli import main\nmain({args!r})\nmain({args!r})", site=True)
     assert out.splitlines()[0].startswith("baseline: 3 running")
     assert not {m for m in modules if m.split(".")[0] == "ruamel" or m.startswith("stallprobe.inject")}
 
 
-def test_a_suspect_run_asks_whether_the_engine_is_paused_and_nothing_more(
-    httpserver: HTTPServer, tmp_path: object
-) -> None:
+def test_a_suspect_run_asks_whether_the_engine_is_paused_and_nothing_more(served: StubEngine, tmp_path: object) -> None:
     """Only a run that would say suspect or stalled asks vLLM's /is_paused; a 404 needs no json."""
-    httpserver.expect_request("/metrics").respond_with_data(vllm_page(3, 10, 20), content_type="text/plain")
-    args = ["--url", httpserver.url_for("/metrics"), "--state-file", f"{tmp_path}/probe.state"]
+    served.route("/metrics", vllm_page(3, 10, 20))
+    args = ["--url", served.url, "--state-file", f"{tmp_path}/probe.state"]
     out, modules = loaded_by(f"from stallprobe.cli import main\nmain({args!r})\nmain({args!r})")
     assert out.splitlines()[1].startswith("suspect: 3 running")
     assert "stallprobe.api" in modules
     assert sorted(modules & OFF_THE_HOT_PATH) == []
 
 
-def test_without_the_c_socket_module_the_probe_uses_socket(httpserver: HTTPServer, tmp_path: object) -> None:
+def test_without_the_c_socket_module_the_probe_uses_socket(served: StubEngine, tmp_path: object) -> None:
     """Where `_socket` cannot be imported directly, `socket` (which wraps it) still serves the probe."""
-    httpserver.expect_request("/metrics").respond_with_data(vllm_page(3, 10, 20), content_type="text/plain")
-    args = ["--url", httpserver.url_for("/metrics"), "--state-file", f"{tmp_path}/probe.state"]
+    served.route("/metrics", vllm_page(3, 10, 20))
+    args = ["--url", served.url, "--state-file", f"{tmp_path}/probe.state"]
     body = (
         "import socket\nsys.modules['_socket'] = None\n"  # socket holds its own reference; a new import fails
         f"from stallprobe.cli import main\nmain({args!r})\nmain({args!r})\n"
@@ -150,9 +144,9 @@ def test_with_the_c_socket_module_the_probe_uses_it() -> None:
     assert out.strip() == "_socket"
 
 
-def test_json_output_is_the_one_path_that_loads_json(httpserver: HTTPServer, tmp_path: object) -> None:
-    httpserver.expect_request("/metrics").respond_with_data(vllm_page(3, 10, 20), content_type="text/plain")
-    args = ["--url", httpserver.url_for("/metrics"), "--state-file", f"{tmp_path}/probe.state", "--json"]
+def test_json_output_is_the_one_path_that_loads_json(served: StubEngine, tmp_path: object) -> None:
+    served.route("/metrics", vllm_page(3, 10, 20))
+    args = ["--url", served.url, "--state-file", f"{tmp_path}/probe.state", "--json"]
     out, modules = loaded_by(f"from stallprobe.cli import main\nmain({args!r})")
     assert json.loads(out)["verdict"] == "baseline"
     assert "json" in modules

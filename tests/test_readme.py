@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from pytest_httpserver import HTTPServer
 
 from conftest import REPO, clean_env, rewind, vllm_page
 from stallprobe.doctor import DoctorConfig
 from stallprobe.errors import COMMANDS
 from stallprobe.options import INJECT, PROBE, WATCH
 from stallprobe.pyz import build
+from stubengine import StubEngine
 
 README = (REPO / "README.md").read_text(encoding="utf-8")
 DOCTOR = DoctorConfig.OPTIONS
@@ -173,7 +173,7 @@ def stanza_commands() -> list[list[str]]:
     return commands
 
 
-def test_the_pod_stanzas_run_the_probe(httpserver: HTTPServer, tmp_path: Path) -> None:
+def test_the_pod_stanzas_run_the_probe(served: StubEngine, tmp_path: Path) -> None:
     """Each stanza's command, run as the kubelet would (the archive where the ConfigMap would mount it):
     a baseline, then a stall once the window has passed (readiness: ready, then not ready)."""
     commands = stanza_commands()
@@ -181,14 +181,14 @@ def test_the_pod_stanzas_run_the_probe(httpserver: HTTPServer, tmp_path: Path) -
     (tmp_path / "pyz").mkdir()
     pyz = tmp_path / "pyz" / "stallprobe.pyz"
     pyz.write_bytes(build())
-    httpserver.expect_request("/metrics").respond_with_data(vllm_page(4, 100, 50), content_type="text/plain")
-    httpserver.expect_request("/health").respond_with_data("")
+    served.route("/metrics", vllm_page(4, 100, 50))
+    served.route("/health", b"")
     env = clean_env()
     for n, command in enumerate(commands):
         assert command[0] == "python3"
         assert "-m" not in command  # runpy: ~8 ms a run for nothing
         argv = [sys.executable, *(word.replace("/opt/stallprobe/stallprobe.pyz", str(pyz)) for word in command[1:])]
-        argv = [word.replace("http://127.0.0.1:8000/metrics", httpserver.url_for("/metrics")) for word in argv]
+        argv = [word.replace("http://127.0.0.1:8000/metrics", served.url) for word in argv]
         state = tmp_path / f"{n}.state"
         argv += ["--state-file", str(state)]
         ready = "--ready" in command

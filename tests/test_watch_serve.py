@@ -14,10 +14,10 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from pytest_httpserver import HTTPServer
 
 from conftest import vllm_page
 from stallprobe.watch.serve import CLIENT_TIMEOUT, MAX_CLIENTS
+from stubengine import StubEngine
 
 WAIT = 60.0  # the bound on any wait for an eventual state
 
@@ -65,11 +65,11 @@ class Watching:
 
 
 @pytest.fixture
-def pool(httpserver: HTTPServer) -> Iterator[tuple[Watching, str, str, str]]:
-    httpserver.expect_request("/idle/metrics").respond_with_data(vllm_page(0, 10, 10), content_type="text/plain")
-    httpserver.expect_request("/wedged/metrics").respond_with_data(vllm_page(4, 10, 10), content_type="text/plain")
-    httpserver.expect_request("/health").respond_with_data("")
-    idle, wedged, dead = httpserver.url_for("/idle/metrics"), httpserver.url_for("/wedged/metrics"), refused()
+def pool(served: StubEngine) -> Iterator[tuple[Watching, str, str, str]]:
+    served.route("/idle/metrics", vllm_page(0, 10, 10))
+    served.route("/wedged/metrics", vllm_page(4, 10, 10))
+    served.route("/health", b"")
+    idle, wedged, dead = (served.base + "/idle/metrics"), (served.base + "/wedged/metrics"), refused()
     watching = Watching(idle, wedged, dead)
     try:
         watching.until("three polls", lambda: watching.polls() >= 3)
@@ -152,11 +152,11 @@ def test_silent_clients_are_dropped_and_do_not_block_the_others(pool: tuple[Watc
             sock.close()
 
 
-def test_a_bad_listen_address_is_a_usage_error(httpserver: HTTPServer) -> None:
-    httpserver.expect_request("/metrics").respond_with_data(vllm_page(0, 1, 1), content_type="text/plain")
+def test_a_bad_listen_address_is_a_usage_error(served: StubEngine) -> None:
+    served.route("/metrics", vllm_page(0, 1, 1))
     for address, words in (("nowhere", "--listen must be HOST:PORT (got 'nowhere')"), ("127.0.0.1:99999", "HOST:PORT")):
         done = subprocess.run(
-            [sys.executable, "-m", "stallprobe", "watch", "--listen", address, httpserver.url_for("/metrics")],
+            [sys.executable, "-m", "stallprobe", "watch", "--listen", address, served.url],
             capture_output=True,
             text=True,
             timeout=30,
@@ -176,7 +176,7 @@ def test_a_bad_listen_address_is_a_usage_error(httpserver: HTTPServer) -> None:
                 "watch",
                 "--listen",
                 f"127.0.0.1:{port}",
-                httpserver.url_for("/metrics"),
+                served.url,
             ],
             capture_output=True,
             text=True,
