@@ -795,6 +795,11 @@ def test_nothing_listening(tmp_path: Path) -> None:
         "port? (by default: vllm 8000, sglang 30000, llamacpp 8080)"
     )
     assert "probes" not in run.topics
+    # No server, no health route to fall back on: every run of the probe would fail.
+    assert run["in short"] == (
+        "nothing answers there: every run would exit 3, a failed probe to the kubelet, which restarts the "
+        "container after failureThreshold of them: mend what is said above before adopting it"
+    )
 
 
 @pytest.mark.parametrize(

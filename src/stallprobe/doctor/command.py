@@ -113,7 +113,10 @@ def run(
         for label, text in first.lines:
             out.say(label, text)
         if first.code in (ExitCode.SCRAPE, ExitCode.METRICS):
-            out.say("in short", unreadable(first.code, config.window, config.timeout, silent=first.silent))
+            out.say(
+                "in short",
+                unreadable(first.code, config.window, config.timeout, silent=first.silent, answered=first.answered),
+            )
         return first.code
     looks = look(config.url, config, config.seconds, first, clock=clock, sleep=sleep)
     if not looks.all:  # Ctrl-C before the first look was judged

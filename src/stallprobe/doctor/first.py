@@ -50,6 +50,7 @@ class First:
         self.key_needed = False
         self.engine_needed = False
         self.silent = False  # the page gave no answer within --timeout
+        self.answered = False  # the server gave an HTTP answer (else: refused, reset, not HTTP)
 
     def fail(self, code: int, *lines: tuple[str, str]) -> First:
         self.code = code
@@ -89,6 +90,7 @@ def first_contact(url: str, settings: LookSettings, key_from: str, clock: Callab
                 ),
             )
         return first.fail(ExitCode.SCRAPE, ("engine", f"none: {exc}"))
+    first.answered = True
     status = f"{url} answered HTTP {answer.code} {answer.reason}".rstrip()
     if answer.code in (401, 403):
         if settings.key:

@@ -298,13 +298,19 @@ def summary(config: LookSettings, last: Look, plan: Plan) -> str:
     return "the probe can read and judge this engine: use the probes above"
 
 
-def unreadable(code: int, window: float, timeout: float, *, silent: bool = False) -> str:
-    """What the probe would do at an engine whose page it cannot read (`code`: the exit code of its runs),
-    or that gave no answer within --timeout (`silent`)."""
+def unreadable(code: int, window: float, timeout: float, *, silent: bool = False, answered: bool = True) -> str:
+    """What the probe would do at an engine whose page it cannot read (`code`: the exit code of its runs):
+    whose server gave no HTTP answer at all (not `answered`: refused, reset), that gave no answer within
+    --timeout (`silent`), or whose answer it cannot judge (it asks the health route instead)."""
     if silent:
         return (
             f"no answer within --timeout {num(timeout)} s: the probe would call it suspect, and fail it once "
             f"nothing has answered for the window ({num(window)} s)"
+        )
+    if not answered:
+        return (
+            f"nothing answers there: every run would exit {code}, a failed probe to the kubelet, which restarts "
+            "the container after failureThreshold of them: mend what is said above before adopting it"
         )
     return (
         "the probe cannot judge this engine: every run falls back to its health route (exit 0, unjudged, while "
