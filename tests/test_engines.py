@@ -20,6 +20,7 @@ from stallprobe.engines import (
     PauseSign,
     choose,
     detect,
+    health_route,
     precision_note,
     read_engines,
 )
@@ -623,3 +624,17 @@ def test_every_page_is_the_one_its_sources_name(folder: Path) -> None:
     sources = (folder / "SOURCES.md").read_text(encoding="utf-8")
     listed = dict(line.split()[::-1] for line in sources.split("sha256:")[-1].splitlines() if "  " in line)
     assert listed == {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.glob("*.prom")}
+
+
+@pytest.mark.parametrize(
+    ("engine", "route"),
+    [("x", "/ready"), ("vllm", "/health"), ("llamacpp", "/health"), ("auto", "/health"), (None, "/health")],
+)
+def test_the_health_route_of_the_engine_named(monkeypatch: pytest.MonkeyPatch, engine: str | None, route: str) -> None:
+    """What the probe's fallback and inject's probes ask before any page says which engine serves: the
+    named engine's own route (here an engine whose route is not /health), else /health."""
+    other = Dialect("x", running="r", waiting="w", prompt="p", generation="g", port=1, hints=(), health_route="/ready")
+    from stallprobe import engines
+
+    monkeypatch.setattr(engines, "DIALECTS", (*DIALECTS, other))
+    assert health_route(engine) == route

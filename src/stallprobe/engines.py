@@ -26,6 +26,7 @@ __all__ = [
     "PauseSign",
     "choose",
     "detect",
+    "health_route",
     "precision_note",
     "read_engines",
 ]
@@ -398,6 +399,15 @@ def detect(page: bytes, candidates: Sequence[Dialect] = DIALECTS) -> Dialect:
         raise MetricsError("not a metrics page: the server sent HTML")
     known = ", ".join(d.name for d in candidates)
     raise MetricsError(f"no known engine's metrics on the page (looked for {known}): pass --engine and names")
+
+
+def health_route(engine: str | None) -> str:
+    """The health route of the engine named by --engine (every engine's server has /health; "auto" or an
+    unknown name: /health), for what is asked before any page says which engine serves."""
+    for dialect in DIALECTS:
+        if dialect.name == engine:
+            return dialect.health_route
+    return "/health"
 
 
 def choose(page: bytes, engine: str = "auto", names: Mapping[str, str] | None = None) -> Dialect:

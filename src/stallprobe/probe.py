@@ -102,11 +102,11 @@ def run(config: Config) -> int:
 def _unjudged(config: Config, blind: BadAnswer | MetricsError | StateFileError) -> int:
     """The fallback: the engine's health route, asked once; exit 0 when it answers 2xx, else `blind`
     raised again with the health route's answer."""
-    from .engines import DIALECTS
+    from .engines import health_route
     from .observe import health, origin
     from .report import unjudged_line
 
-    route = next((d.health_route for d in DIALECTS if d.name == config.engine), "/health")
+    route = health_route(config.engine)
     url = origin(config.url) + route
     why = health(url, config, missing_ok=False)
     if why:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 from .detector import DEFAULT_WINDOW
-from .engines import DIALECTS
+from .engines import health_route
 from .observe import kubelet_timeout
 from .options import DEFAULT_FAILURE_THRESHOLD, DEFAULT_PERIOD, DEFAULT_STARTUP_BUDGET, DEFAULT_TIMEOUT
 from .pyz import launcher
@@ -30,7 +30,6 @@ __all__ = [
     "Plan",
     "health_check",
     "health_readiness_probe",
-    "health_route",
     "liveness_probe",
     "probe_command",
     "readiness_probe",
@@ -118,11 +117,6 @@ def liveness_probe(command: list[str], plan: Plan, old: Any = None) -> dict[str,
     probe["successThreshold"] = 1
     probe["failureThreshold"] = plan.failure
     return probe
-
-
-def health_route(engine: str | None) -> str:
-    """The engine's own health route (/health when the engine is read from the page)."""
-    return next((d.health_route for d in DIALECTS if d.name == engine), "/health")
 
 
 def health_check(port: int, engine: str | None, loopback: bool) -> dict[str, Any]:

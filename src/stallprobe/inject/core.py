@@ -11,6 +11,7 @@ import base64
 import hashlib
 
 from .. import __version__
+from ..engines import health_route
 from ..errors import UsageError
 from ..options import INJECT, PASSED_ON
 from ..report import drain_warning, num
@@ -22,7 +23,6 @@ from ..stanza import (
     STATE_DIR,
     Plan,
     health_readiness_probe,
-    health_route,
     liveness_probe,
     probe_command,
     readiness_probe,
