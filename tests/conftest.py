@@ -22,6 +22,14 @@ from stallprobe.statefile import load, read_boot_id, save
 REPO = Path(__file__).resolve().parents[1]
 
 
+def refused_url() -> str:
+    """The /metrics URL of a loopback port with nothing listening on it (free a moment ago, closed now)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}/metrics"
+
+
 def clean_env(**extra: str) -> dict[str, str]:
     """This process's environment without any STALLPROBE_* setting (a probe run must not read the test
     runner's), and with `extra`: the environment every test gives the commands it runs."""

@@ -24,7 +24,16 @@ from pathlib import Path
 
 import pytest
 
-from conftest import RawServer, clean_env, fixture_page, llamacpp_page, sglang_page, vllm_engines_page, vllm_page
+from conftest import (
+    RawServer,
+    clean_env,
+    fixture_page,
+    llamacpp_page,
+    refused_url,
+    sglang_page,
+    vllm_engines_page,
+    vllm_page,
+)
 from stallprobe import Sample, State
 from stallprobe.cli import main
 from stallprobe.errors import EXIT_TABLE, ExitCode, StallprobeError
@@ -161,16 +170,8 @@ def test_json_output_of_a_stall(engine: StubEngine, state_file: str) -> None:
 # --- exit codes for everything that is not a verdict
 
 
-def refuse() -> str:
-    """A loopback port with nothing listening on it."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return f"http://127.0.0.1:{port}/metrics"
-
-
 def test_connection_refused_is_a_scrape_failure(state_file: str) -> None:
-    result = probe("--url", refuse(), "--state-file", state_file)
+    result = probe("--url", refused_url(), "--state-file", state_file)
     assert result.returncode == ExitCode.SCRAPE
     assert re.fullmatch(r"error: scrape http://127\.0\.0\.1:\d+/metrics: connection refused .*", one_line(result))
     assert not os.path.exists(state_file)
@@ -334,7 +335,7 @@ def test_environment_variables_configure_the_probe(engine: StubEngine, state_fil
 def test_flags_win_over_the_environment(engine: StubEngine, state_file: str) -> None:
     engine.set(21, 900, 400)
     remember(state_file, Sample(21, 900, 400, ago(50)))
-    env = {"STALLPROBE_URL": refuse(), "STALLPROBE_WINDOW": "30", "STALLPROBE_STATE_FILE": "/nonexistent/x"}
+    env = {"STALLPROBE_URL": refused_url(), "STALLPROBE_WINDOW": "30", "STALLPROBE_STATE_FILE": "/nonexistent/x"}
     result = probe("--url", engine.url, "--window", "300", "--state-file", state_file, env=env)
     assert result.returncode == ExitCode.OK
     assert one_line(result).startswith("suspect: ")
@@ -418,7 +419,7 @@ def test_usage_error_in_json() -> None:
 
 
 def test_scrape_error_in_json(state_file: str) -> None:
-    result = probe("--url", refuse(), "--state-file", state_file, env={"STALLPROBE_JSON": "true"})
+    result = probe("--url", refused_url(), "--state-file", state_file, env={"STALLPROBE_JSON": "true"})
     fields = json.loads(one_line(result))
     assert (fields["verdict"], fields["exit_code"], result.returncode) == ("error", 3, 3)
     assert "connection refused" in fields["error"]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import clean_env, fixture_page, rewind
+from conftest import clean_env, fixture_page, refused_url, rewind
 from stallprobe.errors import ExitCode
 from stubengine import StubEngine
 
@@ -152,11 +152,7 @@ def test_a_probe_that_cannot_judge_asks_the_health_route(
 
 
 def test_a_server_that_does_not_answer_stays_a_failure(tmp_path: Path) -> None:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        url = f"http://127.0.0.1:{s.getsockname()[1]}/metrics"
+    url = refused_url()
     result = probe("--url", url, "--state-file", str(tmp_path / "s"))
     assert result.returncode == ExitCode.SCRAPE
     assert "connection refused" in result.stdout

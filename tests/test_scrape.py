@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import pytest
 
-from conftest import RawServer
+from conftest import RawServer, refused_url
 from stallprobe.errors import BadAnswer, ScrapeError, ScrapeTimeout
 from stallprobe.scrape import fetch, parse_url
 
@@ -90,9 +90,7 @@ def test_fetch(
 
 
 def test_a_refused_connection_is_no_answer() -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        url = f"http://127.0.0.1:{s.getsockname()[1]}/metrics"
+    url = refused_url()
     with pytest.raises(ScrapeError, match="connection refused") as caught:
         fetch(url, 0.5)
     assert not isinstance(caught.value, BadAnswer)

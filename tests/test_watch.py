@@ -30,7 +30,7 @@ from typing import IO
 
 import pytest
 
-from conftest import RawServer, vllm_engines_page
+from conftest import RawServer, refused_url, vllm_engines_page
 from stallprobe.cli import main as cli_main
 from stallprobe.detector import DEFAULT_WINDOW
 from stallprobe.errors import ExitCode
@@ -98,14 +98,6 @@ def pool() -> Iterator[Callable[[str], StubEngine]]:
     yield start
     for engine in engines:
         engine.close()
-
-
-def refuse() -> str:
-    """A loopback port with nothing listening on it."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return f"http://127.0.0.1:{port}/metrics"
 
 
 def clean_env() -> dict[str, str]:
@@ -248,7 +240,7 @@ def test_a_pool_gets_the_right_verdict_per_engine_in_json_lines(
     pool: Callable[[str], StubEngine], watching: Callable[..., Watcher]
 ) -> None:
     idle, saturated, wedged, dp, html = (pool(m) for m in ("idle", "saturated", "wedged", "dp", "html"))
-    dead = refuse()
+    dead = refused_url()
     urls = [idle.url, saturated.url, wedged.url, dp.url, html.url, dead]
     watch = watching("--json", "--interval", "0.3", "--window", "1", *urls)
     expected = {
@@ -322,7 +314,7 @@ ONCE = [
 def test_once_exits_with_the_worst_endpoint_code(
     pool: Callable[[str], StubEngine], modes: list[str], code: int
 ) -> None:
-    urls = [refuse() if mode == "refused" else pool(mode).url for mode in modes]
+    urls = [refused_url() if mode == "refused" else pool(mode).url for mode in modes]
     # A stall needs the window to fit in the one interval between the two polls.
     result = run_once("--json", "--interval", "1", "--window", "0.1", *urls)
     assert (result.returncode, result.stderr) == (code, "")
@@ -334,7 +326,7 @@ def test_once_exits_with_the_worst_endpoint_code(
 
 def test_once_piped_writes_one_line_per_engine(pool: Callable[[str], StubEngine]) -> None:
     idle, dp = pool("idle"), pool("dp")
-    dead = refuse()
+    dead = refused_url()
     result = run_once("--interval", "1", "--window", "0.1", idle.url, dp.url, dead)
     assert (result.returncode, result.stderr) == (ExitCode.STALLED, "")
     lines = result.stdout.splitlines()
@@ -623,7 +615,7 @@ def on_terminal(
 
 def test_terminal_table_redraws_one_row_per_engine_and_a_total(pool: Callable[[str], StubEngine]) -> None:
     idle, saturated, wedged = pool("idle"), pool("saturated"), pool("wedged")
-    dead = refuse()
+    dead = refused_url()
     urls = [idle.url, saturated.url, wedged.url, dead]
     names = [endpoint_name(url) for url in urls]
     verdicts = ["idle", "saturated", "stalled", "unreachable"]

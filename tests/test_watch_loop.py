@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from conftest import RawServer, vllm_page
+from conftest import RawServer, refused_url, vllm_page
 from stallprobe.detector import Sample, State
 from stallprobe.errors import ScrapeError
 from stallprobe.observe import Observation, look, observe
@@ -108,13 +108,6 @@ def engines() -> Iterator[Callable[[], StubEngine]]:
         engine.close()
 
 
-def refused() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return f"http://127.0.0.1:{port}/metrics"
-
-
 def drive(steps: object, looks: Looks, until: float = 10.0) -> Observation:
     """One look through the loop, to its end."""
     one = looks.start("u", steps, {})  # type: ignore[arg-type]
@@ -185,7 +178,7 @@ def test_a_poll_the_watch_itself_overran_says_so_and_the_answer_counts_at_the_ne
 
 
 def test_a_refused_endpoint_reads_as_the_probes_line() -> None:
-    url = refused()
+    url = refused_url()
     clock = Clock()
     watch = Watch(WatchConfig([url], timeout=2.0), {}, looks=Looks(clock, selector=Jumping(clock)))
     (row,) = watch.poll()
@@ -308,7 +301,7 @@ def test_more_endpoints_than_descriptors_wait_their_turn(engines: Callable[[], S
 
 def test_a_host_whose_first_address_refuses_is_reached_at_the_next(engines: Callable[[], StubEngine]) -> None:
     engine = engines()
-    dead = int(refused().split(":")[2].split("/")[0])
+    dead = int(refused_url().split(":")[2].split("/")[0])
 
     def resolve(host: bytes, port: int) -> list[tuple[int, int, int, tuple[object, ...]]]:
         return [

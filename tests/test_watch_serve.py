@@ -15,17 +15,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from conftest import vllm_page
+from conftest import refused_url, vllm_page
 from stallprobe.watch.serve import CLIENT_TIMEOUT, MAX_CLIENTS
 from stubengine import StubEngine
 
 WAIT = 60.0  # the bound on any wait for an eventual state
-
-
-def refused() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{s.getsockname()[1]}/metrics"
 
 
 class Watching:
@@ -69,7 +63,7 @@ def pool(served: StubEngine) -> Iterator[tuple[Watching, str, str, str]]:
     served.route("/idle/metrics", vllm_page(0, 10, 10))
     served.route("/wedged/metrics", vllm_page(4, 10, 10))
     served.route("/health", b"")
-    idle, wedged, dead = (served.base + "/idle/metrics"), (served.base + "/wedged/metrics"), refused()
+    idle, wedged, dead = (served.base + "/idle/metrics"), (served.base + "/wedged/metrics"), refused_url()
     watching = Watching(idle, wedged, dead)
     try:
         watching.until("three polls", lambda: watching.polls() >= 3)
