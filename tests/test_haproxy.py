@@ -401,6 +401,19 @@ def lb(tmp_path: Path) -> Iterator[Pool]:
         pool.close()
 
 
+def comes_back(lb: Pool, client: Client, victim: StubEngine, within: float, out_mark: int) -> tuple[float, int]:
+    """Unwedge the victim: HAProxy puts it back within `within` seconds and a request reaches it, and no
+    request sent after `out_mark` (HAProxy showed it out) reached it before it moved again. When it was
+    unwedged, and the client's mark then."""
+    unwedged, unwedged_mark = time.monotonic(), client.mark()
+    victim.unwedge()
+    back, back_mark = lb.wait_for("victim", "UP", unwedged)
+    assert back - unwedged <= within, f"back after {back - unwedged:.2f} s\n{lb.logs()}"
+    until("a request at the engine put back", partial(reached, victim, back_mark), log=lb.logs)
+    assert [n for n in numbers(victim) if out_mark < n <= unwedged_mark] == [], lb.logs()
+    return unwedged, unwedged_mark
+
+
 def three_engines(lb: Pool) -> tuple[StubEngine, StubEngine, StubEngine]:
     """The pool both HAProxy timelines start from: a steady llama.cpp, a saturated SGLang (a deep queue,
     decoding slowly, answering slowly) and the vLLM that will wedge, each moving."""
@@ -435,15 +448,9 @@ def test_a_wedged_engine_is_drained_long_before_it_is_restarted_and_a_saturated_
     assert restarted >= victim.moved_at + WINDOW  # only at the window
     assert restarted > out, f"restarted {restarted - wedged:.2f} s, out {out - wedged:.2f} s after the wedge"
 
-    # Restarted, it moves again, and comes back.
-    unwedged, unwedged_mark = time.monotonic(), client.mark()
-    victim.unwedge()
-    back, back_mark = lb.wait_for("victim", "UP", unwedged)
-    assert back - unwedged <= BACK_WITHIN, f"back after {back - unwedged:.2f} s\n{lb.logs()}"
-    until("a request at the engine come back", partial(reached, victim, back_mark), log=lb.logs)
-
-    # Never did a request sent after HAProxy showed the victim out reach it before it moved again.
-    assert [n for n in numbers(victim) if out_mark < n <= unwedged_mark] == [], lb.logs()
+    # Restarted, it moves again, and comes back; never did a request sent after HAProxy showed the victim
+    # out reach it before it moved again.
+    unwedged, unwedged_mark = comes_back(lb, client, victim, BACK_WITHIN, out_mark)
     assert lb.statuses("victim", before=unwedged) == ["UP", "DOWN"], lb.logs()
     # Each check asked about its own engine: the others stayed in and served all along, the saturated
     # one included (HAProxy's own count of its servers' downs says so too).
@@ -543,12 +550,7 @@ def test_the_agent_drains_and_puts_back_and_a_dead_watch_takes_no_server_out(age
     until("the reason shown", lambda: lb.stats[lb.name["victim"]]["last_agt"].startswith(shown), log=lb.logs)
 
     # Moving again: put back at the next agent check.
-    unwedged, unwedged_mark = time.monotonic(), client.mark()
-    victim.unwedge()
-    back, back_mark = lb.wait_for("victim", "UP", unwedged)
-    assert back - unwedged <= AGENT_BACK_WITHIN, f"back after {back - unwedged:.2f} s\n{lb.logs()}"
-    until("a request at the engine put back", partial(reached, victim, back_mark), log=lb.logs)
-    assert [n for n in numbers(victim) if out_mark < n <= unwedged_mark] == [], lb.logs()
+    comes_back(lb, client, victim, AGENT_BACK_WITHIN, out_mark)
 
     # The watch is killed. HAProxy's agent checks find nobody, which changes nothing: for longer than the
     # engines' own checks take to take a server out, no server leaves and requests flow on to every
