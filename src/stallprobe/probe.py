@@ -14,7 +14,7 @@ from .console import emit, show, tell
 from .detector import assess_engines, readiness
 from .errors import BadAnswer, ExitCode, MetricsError, StateFileError
 from .options import PROBE
-from .report import describe, json_fields, precision, ready_line, report_only_note, verdict_code
+from .report import json_fields, look_line, ready_line, report_only_note, verdict_code
 from .scrape import api_key
 from .settings import LookSettings, parse
 
@@ -221,10 +221,7 @@ def _report(
         )  # fmt: skip
     else:
         code = verdict_code(result.verdict)
-        worst = result.engines[result.worst]
-        line = describe(
-            result, previous, why, window, precision(seen.dialect, worst), unanswered=seen.unanswered, note=seen.note
-        )
+        line = look_line(result, previous, why, window, seen.dialect, unanswered=seen.unanswered, note=seen.note)
     if config.report_only and code != ExitCode.OK:
         line = f"{line}; {report_only_note(code)}"
     if config.json:

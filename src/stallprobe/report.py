@@ -28,6 +28,7 @@ __all__ = [
     "duration",
     "error_fields",
     "json_fields",
+    "look_line",
     "num",
     "owed_words",
     "precision",
@@ -186,6 +187,22 @@ def describe(
     return f"{line}; {note}" if note else line
 
 
+def look_line(
+    result: EnginesAssessment,
+    previous: Mapping[str, State] | None,
+    first: str,
+    window: float,
+    dialect: Dialect | None,
+    *,
+    unanswered: str = "",
+    note: str = "",
+) -> str:
+    """describe() of a look, with the precision note of the engine that speaks for it: the line of the
+    probe, of doctor's last look, and (under the drain window) of readiness."""
+    worst = result.engines[result.worst]
+    return describe(result, previous, first, window, precision(dialect, worst), unanswered=unanswered, note=note)
+
+
 def ready_line(
     routing: EnginesAssessment,
     previous: Mapping[str, State] | None,
@@ -202,10 +219,7 @@ def ready_line(
     step (judged with the drain window), `health` why the health route says the engine does not serve.
     Ready: the step in words; not ready: the step of the engine that takes the page out of routing
     (stuck or paused), else the health route's why."""
-    line = describe(
-        routing, previous, first, drain_after, precision(dialect, routing.engines[routing.worst]),
-        unanswered=unanswered, note=note,
-    )  # fmt: skip
+    line = look_line(routing, previous, first, drain_after, dialect, unanswered=unanswered, note=note)
     if ready:
         return f"ready: {line}"
     stuck = routing.verdict is Verdict.STALLED or routing.verdict is Verdict.PAUSED

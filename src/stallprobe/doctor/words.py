@@ -12,7 +12,7 @@ read and judged.
 from __future__ import annotations
 
 from ..detector import Verdict
-from ..report import describe, num, precision, ready_line, secs
+from ..report import look_line, num, ready_line, secs
 from ..stanza import restart_after
 from .first import family_state
 from .looks import BUSY, MOVING, loads
@@ -234,16 +234,7 @@ def verdict_lines(config: LookSettings, looks: Looks) -> Topics:
     lines = [("verdicts", f"{runs(looks.verdicts)} (window {num(config.window)} s)")]
     last = looks.all[-1]
     seen, result = last.seen, last.result
-    worst = result.engines[result.worst]
-    line = describe(
-        result,
-        last.before,
-        "",
-        config.window,
-        precision(seen.dialect, worst),
-        unanswered=seen.unanswered,
-        note=seen.note,
-    )
+    line = look_line(result, last.before, "", config.window, seen.dialect, unanswered=seen.unanswered, note=seen.note)
     lines.append(("last look", line))
     ready = ready_line(
         last.routing, last.before, "", config.drain_after, seen.dialect,
