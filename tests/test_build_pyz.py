@@ -7,15 +7,18 @@ carries everything it imports, and that its own __main__ hands the probe's exit 
 from __future__ import annotations
 
 import importlib.util
+import marshal
 import subprocess
 import sys
+import types
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from conftest import rewind, vllm_page
-from stallprobe.pyz import HOT, TOOLS, launcher
+from stallprobe.pyz import BUNDLE_AT, BUNDLE_CODE_AT, HOT, TOOLS, launcher
 from stubengine import StubEngine
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,6 +55,25 @@ def run_pyz(pyz: Path, url: str, state_file: Path, *extra: str) -> tuple[int, st
     return result.returncode, lines[0]
 
 
+def run_launched(pyz: Path, url: str, state_file: Path, *extra: str) -> tuple[int, str]:
+    """Run the archive through the launcher inject writes; its exit code and its one line."""
+    result = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", launcher(str(pyz)), "--url", url, "--state-file", str(state_file), *extra],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.stderr == "", result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == 1, result.stdout
+    return result.returncode, lines[0]
+
+
+Runner = Callable[..., tuple[int, str]]
+HOT_MODULES = [name.removesuffix(".py").removesuffix("/__init__").replace("/", ".") for name in HOT]
+
+
 def build(output: Path, *extra: str) -> Path:
     result = subprocess.run(
         [sys.executable, str(BUILD_PYZ), "--output", str(output), *extra],
@@ -76,55 +98,98 @@ def frozen_busy_page() -> bytes:
     return vllm_page(3, 40960, 5120, 2, model="tiny-llama")
 
 
-def test_archive_holds_source_and_bytecode_beside_it_and_is_small(pyz: Path) -> None:
+def test_archive_is_a_bundle_of_bytecode_then_a_zip_of_the_sources_and_is_small(pyz: Path) -> None:
+    data = pyz.read_bytes()
+    assert data[:BUNDLE_AT] == b"#!/usr/bin/env python3\n"
+    # The bundle: this interpreter's magic number, then (the loader's code, {"modules": {name: code}}),
+    # the code of exactly the modules a probe run loads.
+    assert data[BUNDLE_AT:BUNDLE_CODE_AT] == importlib.util.MAGIC_NUMBER
+    boot, names = marshal.loads(data[BUNDLE_CODE_AT:])
+    assert isinstance(boot, types.CodeType)
+    assert list(names) == ["modules"]
+    modules = names["modules"]
+    assert sorted(modules) == sorted(HOT_MODULES)
+    assert all(isinstance(code, types.CodeType) for code in modules.values())
+    assert modules["stallprobe.cli"].co_filename == "stallprobe/cli.py"  # tracebacks name the module
     with zipfile.ZipFile(pyz) as archive:
         infos = {info.filename: info for info in archive.infolist()}
-        pyc = archive.read("stallprobe/cli.pyc")
     names = list(infos)
     assert "__main__.py" in names
     assert "stallprobe/cli.py" in names
-    assert not [name for name in names if "__pycache__" in name]
-    sources = sorted(name for name in names if name.endswith(".py") and name != "__main__.py")
-    # Bytecode for what a probe run loads; the tools (inject, watch, the builder) are source only.
-    hot = [name for name in sources if name in HOT]
-    assert "stallprobe/detector.py" in hot
-    assert sorted(name for name in names if name.endswith(".pyc")) == [name + "c" for name in hot]
+    assert not [name for name in names if "__pycache__" in name or not name.endswith(".py")]
     assert names == sorted(names)
-    # PEP 552: this interpreter's magic, then flags 0b01 (hash-based, not checked against the source).
-    assert pyc[:4] == importlib.util.MAGIC_NUMBER
-    assert pyc[4:8] == b"\x01\x00\x00\x00"
-    # What every run reads is stored (no zlib at run time); sources are deflated.
-    assert {infos[n].compress_type for n in names if n.endswith(".pyc") or n == "__main__.py"} == {zipfile.ZIP_STORED}
+    sources = [name for name in names if name != "__main__.py"]
+    assert set(HOT) <= set(sources)
+    # The entry point runpy reads is stored (no zlib at run time); sources are deflated.
+    assert infos["__main__.py"].compress_type == zipfile.ZIP_STORED
     assert {infos[n].compress_type for n in sources} == {zipfile.ZIP_DEFLATED}
     assert pyz.stat().st_size < MAX_PYZ_BYTES
 
 
 def test_source_only_build(tmp_path: Path, served: StubEngine) -> None:
     plain = build(tmp_path / "plain.pyz", "--no-bytecode")
-    with zipfile.ZipFile(plain) as archive:
-        assert not [name for name in archive.namelist() if name.endswith(".pyc")]
+    assert plain.read_bytes()[BUNDLE_AT : BUNDLE_AT + 4] == b"PK\x03\x04"  # the zip right after the shebang
     assert plain.stat().st_size < 128 * 1024  # ~100 KB of deflated sources
     served.route("/metrics", frozen_busy_page())
-    code, line = run_pyz(plain, served.url, tmp_path / "probe.state")
+    state = tmp_path / "probe.state"
+    code, line = run_pyz(plain, served.url, state)
     assert (code, line[:10]) == (0, "baseline: ")
+    code, line = run_launched(plain, served.url, state)
+    assert (code, line[:10]) == (0, "suspect: 3")
 
 
-def test_bytecode_of_another_python_falls_back_to_the_source(pyz: Path, tmp_path: Path, served: StubEngine) -> None:
-    """An archive built for another Python (another magic number) must still run, from its sources."""
+@pytest.mark.parametrize("run", [run_pyz, run_launched], ids=["runpy", "launcher"])
+def test_bytecode_of_another_python_falls_back_to_the_source(
+    run: Runner, pyz: Path, tmp_path: Path, served: StubEngine
+) -> None:
+    """An archive built for another Python (another magic number) must still run, from its sources: its
+    bundle is never unmarshalled (a code object of another Python's may crash this one)."""
     foreign = tmp_path / "foreign.pyz"
-    with zipfile.ZipFile(pyz) as source, zipfile.ZipFile(foreign, "w") as target:
-        for info in source.infolist():
-            data = source.read(info)
-            if info.filename.endswith(".pyc"):
-                data = b"\x00\x00" + data[2:]  # no Python's magic
-            target.writestr(info, data)
+    data = bytearray(pyz.read_bytes())
+    data[BUNDLE_AT:BUNDLE_CODE_AT] = b"\x00\x00\r\n"  # no Python's magic
+    data[BUNDLE_CODE_AT : BUNDLE_CODE_AT + 64] = bytes(64)  # and no marshal data either
+    foreign.write_bytes(data)
     served.route("/metrics", frozen_busy_page())
     url = served.url
     state = tmp_path / "probe.state"
-    assert run_pyz(foreign, url, state, "--window", WINDOW)[0] == 0
+    assert run(foreign, url, state, "--window", WINDOW)[0] == 0
     rewind(state, PAUSE)
-    code, line = run_pyz(foreign, url, state, "--window", WINDOW)
+    code, line = run(foreign, url, state, "--window", WINDOW)
     assert (code, line[:9]) == (1, "stalled: ")
+
+
+@pytest.mark.parametrize("bundled", [True, False], ids=["bundle", "another-python"])
+def test_the_launcher_loads_the_probe_from_the_bundle_alone(
+    bundled: bool, pyz: Path, tmp_path: Path, served: StubEngine
+) -> None:
+    """With the bundle, every module of the probe comes from it and the archive is opened once (no
+    zipimport); without it (another Python's), zipimport serves the same modules from the sources."""
+    archive = pyz
+    if not bundled:
+        archive = tmp_path / "foreign.pyz"
+        data = bytearray(pyz.read_bytes())
+        data[BUNDLE_AT:BUNDLE_CODE_AT] = b"\x00\x00\r\n"
+        archive.write_bytes(data)
+    served.route("/metrics", frozen_busy_page())
+    # Every file the run opens, from the audit hook (which sees zipimport's opens too), and who loaded
+    # each of the probe's modules: the bundle's loader is a class, zipimport's an instance.
+    hook = "import sys; opened = []; sys.addaudithook(lambda e, a: e == 'open' and opened.append(a[0])); "
+    program = hook + launcher(str(archive)).replace(
+        "import run; run()",
+        "import main; main(); "
+        "print(sorted({getattr(m.__loader__, '__name__', type(m.__loader__).__name__) "
+        "for n, m in sys.modules.items() if n.startswith('stallprobe')}), opened.count(p))",
+    )
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", program, "--url", served.url, "--state-file", str(tmp_path / "p.state")],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.stderr == ""
+    line, loaders = done.stdout.splitlines()
+    assert line.startswith("baseline: 3 running"), line
+    # With the bundle, one open (the launcher's read); without, zipimport opens it for each module too.
+    assert loaders == "['Bundle'] 1" if bundled else loaders.startswith("['zipimporter'] "), loaders
+    assert bundled or int(loaders.split()[-1]) > len(HOT)
 
 
 def test_two_builds_of_the_same_source_are_the_same_bytes(pyz: Path, tmp_path: Path) -> None:
@@ -201,3 +266,14 @@ def test_the_archive_is_the_probe_alone_and_its_run_pays_for_nothing_else(pyz: P
             assert (asked.returncode, asked.stdout, asked.stderr) == (2, "", f"stallprobe inject: {said}")
         else:
             assert (asked.returncode, asked.stdout, asked.stderr) == (2, f"error: {said}", "")
+
+
+def test_the_help_page_comes_from_the_archive_beside_the_bundle(pyz: Path) -> None:
+    """The help page is not bundled (no probe run reads it): zipimport finds it in the archive."""
+    asked = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", launcher(str(pyz)), "--help"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert (asked.returncode, asked.stderr) == (0, "")
+    assert asked.stdout.startswith("usage: stallprobe [--url URL]")
+    assert "stallprobe/helppage.py" not in HOT

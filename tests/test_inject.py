@@ -26,6 +26,7 @@ from conftest import REPO, clean_env, rewind, validate
 from stallprobe.errors import ExitCode
 from stallprobe.inject import PYZ_PATH, Choice, InjectConfig, decide, engine_of, inject, pod_specs, read_documents
 from stallprobe.inject.manifests import MAX_BYTES, MAX_DEPTH, MAX_NODES, NO_RUAMEL
+from stallprobe.pyz import launcher
 from stallprobe.settings import parse
 from stubengine import StubEngine
 
@@ -116,7 +117,7 @@ def test_every_workload_kind_gets_the_probe_and_stays_valid(kind: str) -> None:
             "-I",
             "-S",
             "-c",
-            f'import gc, sys; gc.disable(); sys.path.insert(0, "{PYZ_PATH}"); from stallprobe.cli import run; run()',
+            launcher(PYZ_PATH),
             "--url",
             "http://127.0.0.1:8000/metrics",
         ]

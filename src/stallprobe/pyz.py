@@ -2,21 +2,28 @@
 ConfigMap without pip. Used by scripts/build-pyz and by `stallprobe inject`.
 
 A pod runs it with `python3 -I -S -c "<launcher(path)>" --url ...`: the launcher puts the archive on
-sys.path and calls the CLI. `python3 stallprobe.pyz` works too, but running a zip goes through runpy,
-which costs ~8 ms of CPU a run, a third of the whole probe. `-I -S` keeps the image's site-packages,
-PYTHON* variables and working directory out of the probe's imports.
+sys.path, loads its bundle (below) and calls the CLI. `python3 stallprobe.pyz` works too, but running a
+zip goes through runpy, which costs ~4 ms of CPU a run, a third of the whole probe. `-I -S` keeps the
+image's site-packages, PYTHON* variables and working directory out of the probe's imports.
 
 Why not `zipapp.create_archive`: it stamps each entry with the file's mtime, so two builds of the same
 source differ, and the `__main__` it writes for `-m stallprobe.cli:main` calls main() without passing its
 return value to sys.exit, which would turn every verdict into exit 0. This module writes its own
 `__main__.py`, sorted entries and fixed timestamps, so the same source gives the same bytes.
 
-Bytecode: zipimport never writes a .pyc back, so without one in the archive every probe run compiles
-every module from source, about 10 ms of CPU a run. So beside each `stallprobe/x.py` the archive can hold
-a `stallprobe/x.pyc` compiled by a target interpreter, hash-based and unchecked (PEP 552): no timestamps,
-the same bytes every build. zipimport tries the .pyc first and falls back to the source when its magic
-number is another Python version's, so the archive runs on any Python >= 3.9 and is fast on the one it
-was built for. No __pycache__ goes in.
+Bytecode: zipimport never writes a .pyc back, so without bytecode in the archive every probe run compiles
+every module from source, about 10 ms of CPU a run. And zipimport, even with a .pyc beside each module,
+opens the archive again for every module it loads (open, fstat, ioctl, two seeks, two reads, a close) and
+first parses the whole directory in Python: on 3.12 a third of what a run adds to the bare interpreter.
+So when a target interpreter is given, the archive starts (after the shebang) with a bundle: that
+interpreter's magic number, then one marshal value, (BOOT's code, {"modules": {name: code}}), the code of
+every module a probe run loads (HOT), compiled by that interpreter with optimize=2. The launcher reads the
+file in one read and, when the magic number is its own, runs BOOT, which puts a loader of those modules
+first on sys.meta_path. The zip after it holds every module's source (deflated), which zipimport reads on
+any other Python (slower: compiled at each run, but the same probe) and for anything not bundled. The
+marshal format is the interpreter's own; the magic number says which, so no other Python unmarshals it.
+Zip readers ignore what comes before the first entry (as they ignore a shebang), so the archive is still a
+zip: `python3 stallprobe.pyz` runs its `__main__.py`, which loads the bundle the same way.
 """
 
 from __future__ import annotations
@@ -40,14 +47,64 @@ FIXED_TIME = (1980, 1, 1, 0, 0, 0)
 # Regular file, rw-r--r--, recorded as made on Unix (3) whatever the build machine, for the same bytes.
 FILE_ATTR = 0o100644 << 16
 UNIX = 3
+# Where the bundle starts, after the shebang: the magic number of the Python that compiled it (4 bytes),
+# then its one marshal value.
+BUNDLE_AT = len(SHEBANG)
+BUNDLE_CODE_AT = BUNDLE_AT + 4
 
 MAIN = '''\
-"""Entry point of stallprobe.pyz: the probe's exit code becomes the process's."""
+"""Entry point of stallprobe.pyz (`python3 stallprobe.pyz`, through runpy, which puts the archive first
+on sys.path): the bundle's loader as the launcher installs it, then the probe, whose exit code becomes the
+process's."""
 
-from stallprobe.cli import run
+import _frozen_importlib_external
+import marshal
+import sys
+
+archive = open(sys.path[0], "rb").read()
+if archive[@AT@:@CODE_AT@] == _frozen_importlib_external.MAGIC_NUMBER:
+    exec(*marshal.loads(memoryview(archive)[@CODE_AT@:]))
+
+from stallprobe.cli import run  # noqa: E402
 
 run()
-'''
+'''.replace("@AT@", str(BUNDLE_AT)).replace("@CODE_AT@", str(BUNDLE_CODE_AT))
+
+# Run by the launcher, compiled by the target interpreter, with `modules` ({name: code}) as its globals'
+# one name. A loader of the bundled modules, first on sys.meta_path. The archive leaves sys.path (the
+# launcher and runpy both put it first): there every import of the standard library would make zipimport
+# open it and parse its directory, in Python, before looking further. `stallprobe` is a package whose
+# other submodules (the help page) zipimport finds in the archive, when a run asks for one.
+BOOT = """\
+import sys
+from _frozen_importlib import ModuleSpec
+
+
+class Bundle:
+    archive = sys.path.pop(0)
+    modules = modules
+
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
+        if name not in cls.modules:
+            return None
+        package = name == "stallprobe"
+        spec = ModuleSpec(name, cls, origin=f"{cls.archive}/{name.replace('.', '/')}.py", is_package=package)
+        if package:
+            spec.submodule_search_locations = [f"{cls.archive}/stallprobe"]
+        return spec
+
+    @staticmethod
+    def create_module(spec):
+        return None
+
+    @classmethod
+    def exec_module(cls, module):
+        exec(cls.modules[module.__spec__.name], module.__dict__)
+
+
+sys.meta_path.insert(0, Bundle)
+"""
 
 REQUIRED = ("stallprobe/__init__.py", "stallprobe/cli.py")
 # The archive is the probe, for a pod: the tools (doctor, inject, watch, this builder, and what only they
@@ -91,36 +148,47 @@ HOT = tuple(
 def launcher(path: str) -> str:
     """The `-c` program that runs the probe from the archive at `path` (no runpy on the way). The cycle
     collector is off from the first import: a run lives well under a second and makes no garbage that
-    cycles, and the collector's passes during the imports are ~2% of its CPU."""
+    cycles, and the collector's passes during the imports are ~2% of its CPU. It reads the archive in one
+    read; when the bundle after the shebang was compiled by this Python (its magic number matches), the
+    bundle's loader serves the probe's modules from that read, and zipimport (from the sources) serves
+    whatever else, or everything on another Python."""
     if '"' in path or "\\" in path:
         raise ValueError(f"the archive's path must not hold a quote or a backslash (got {path!r})")
-    return f'import gc, sys; gc.disable(); sys.path.insert(0, "{path}"); from stallprobe.cli import run; run()'
+    at, code_at = BUNDLE_AT, BUNDLE_CODE_AT
+    return (
+        f'import gc, sys, marshal, _frozen_importlib_external as b; gc.disable(); p = "{path}"; '
+        'sys.path.insert(0, p); a = open(p, "rb").read(); '
+        f"a[{at}:{code_at}] == b.MAGIC_NUMBER and exec(*marshal.loads(memoryview(a)[{code_at}:])); "
+        "from stallprobe.cli import run; run()"
+    )
 
 
 # Compiling the dozen modules a probe run loads takes a fraction of a second; an interpreter that has not
 # answered in a minute, even on a starved machine, is stuck (a wrapper waiting on something), not slow.
 COMPILE_TIMEOUT = 60.0
 
-# Run by the target interpreter: reads {name: source} as JSON on stdin, writes {name: pyc hex} and its
-# version. The header is PEP 552's: magic, flags 0b01 (hash-based, unchecked), the source hash.
-# optimize=2 drops docstrings (a third of the bytecode's size) and asserts (type narrowing only).
+# Run by the target interpreter: reads {"boot": BOOT, "modules": {name: source}} as JSON on stdin, writes
+# its version and the bundle (hex): its magic number, then the marshal of (BOOT's code, {"modules":
+# {module name: code}}). optimize=2 drops docstrings (a third of the bytecode's size) and asserts (type
+# narrowing only). The names are sorted: the same sources give the same bytes.
 COMPILE = """\
-import importlib.util, json, marshal, sys
-sources = json.load(sys.stdin)
-out = {}
+import _frozen_importlib_external, json, marshal, sys
+job = json.load(sys.stdin)
 # `from __future__ import annotations` is a flag of the compiler here, not an import: at run time the
 # statement imports the __future__ module (~0.3 ms a probe run, for nothing the probe reads). The line is
 # blanked (so line numbers stay) and its flag given to compile().
 future = __import__("__future__").annotations.compiler_flag
-for name, text in sources.items():
-    data = text.encode("utf-8")
-    code = compile(
-        text.replace("from __future__ import annotations\\n", "\\n", 1), name, "exec",
-        flags=future if "from __future__ import annotations\\n" in text else 0, dont_inherit=True, optimize=2,
-    )
-    pyc = importlib.util.MAGIC_NUMBER + (1).to_bytes(4, "little") + importlib.util.source_hash(data)
-    out[name[:-3] + ".pyc"] = (pyc + marshal.dumps(code)).hex()
-json.dump({"version": "%d.%d" % sys.version_info[:2], "pyc": out}, sys.stdout)
+line = "from __future__ import annotations\\n"
+def code(name, text):
+    flags = future if line in text else 0
+    return compile(text.replace(line, "\\n", 1), name, "exec", flags=flags, dont_inherit=True, optimize=2)
+modules = {}
+for name in sorted(job["modules"]):
+    module = name[:-3].replace("/", ".")
+    modules[module[:-9] if module.endswith(".__init__") else module] = code(name, job["modules"][name])
+value = (code("stallprobe.pyz:bundle", job["boot"]), {"modules": modules})
+bundle = _frozen_importlib_external.MAGIC_NUMBER + marshal.dumps(value)
+json.dump({"version": "%d.%d" % sys.version_info[:2], "bundle": bundle.hex()}, sys.stdout)
 """
 
 
@@ -128,7 +196,7 @@ def _shown(python: str) -> str:
     return python if python.isprintable() else repr(python)  # a path with a newline stays on one line
 
 
-def _compile(python: str, sources: dict[str, str]) -> tuple[int, str, str]:
+def _compile(python: str, job: dict[str, object]) -> tuple[int, str, str]:
     """Run COMPILE under `python` in a session of its own, killed with whatever it started when it hangs:
     (its exit status, stdout, the line of its stderr that says what went wrong)."""
     import os
@@ -147,7 +215,7 @@ def _compile(python: str, sources: dict[str, str]) -> tuple[int, str, str]:
         raise UsageError(f"--python {shown}: {getattr(exc, 'strerror', None) or exc}") from None
     with proc:
         try:
-            out, err = proc.communicate(json.dumps(sources).encode("utf-8"), timeout=COMPILE_TIMEOUT)
+            out, err = proc.communicate(json.dumps(job).encode("utf-8"), timeout=COMPILE_TIMEOUT)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             try:
@@ -161,17 +229,18 @@ def _compile(python: str, sources: dict[str, str]) -> tuple[int, str, str]:
     return proc.returncode, out.decode("utf-8", "replace"), said.strip()
 
 
-def bytecode(python: str, entries: list[tuple[str, bytes]]) -> tuple[str, list[tuple[str, bytes]]]:
-    """Compile the package's modules with `python`: its version and the (name, .pyc bytes) entries.
-    UsageError when `python` cannot be run, fails, hangs, or answers as no Python does."""
+def bytecode(python: str, entries: list[tuple[str, bytes]]) -> tuple[str, bytes]:
+    """Compile the bundle with `python` from the archive's entries (the HOT ones are bundled): its
+    version and the bundle's bytes. UsageError when `python` cannot be run, fails, hangs, or answers as no
+    Python does."""
     sources = {name: data.decode("utf-8") for name, data in entries if name in HOT}
-    status, out, last = _compile(python, sources)
+    status, out, last = _compile(python, {"boot": BOOT, "modules": sources})
     shown = _shown(python)
     if status != 0:
         raise UsageError(f"--python {shown} could not compile the probe: {last or f'exit status {status}'}")
     try:
         result = json.loads(out)
-        return str(result["version"]), sorted((name, bytes.fromhex(value)) for name, value in result["pyc"].items())
+        return str(result["version"]), bytes.fromhex(result["bundle"])
     except (ValueError, KeyError, TypeError, AttributeError):
         raise UsageError(f"--python {shown} did not answer as a Python interpreter does") from None
 
@@ -191,26 +260,25 @@ def sources(package: Path) -> list[tuple[str, bytes]]:
 
 
 def build(python: str | None = None, package: Path = PACKAGE) -> bytes:
-    """The archive's bytes: shebang, then a zip with __main__.py, the package's source and, when `python`
-    is given, the package's bytecode for that interpreter."""
+    """The archive's bytes: shebang, then, when `python` is given, the bundle of the probe's modules
+    compiled by it, then a zip with __main__.py and the package's sources."""
     entries = [("__main__.py", MAIN.encode("utf-8")), *sources(package)]
-    if python is not None:
-        entries = sorted(entries + bytecode(python, entries)[1])
     names = {name for name, _ in entries}
     missing = [name for name in REQUIRED if name not in names]
     if missing:
         raise SystemExit(f"build-pyz: {package} lacks {', '.join(missing)}")
     buffer = io.BytesIO()
     buffer.write(SHEBANG)
-    # Offsets are recorded from the start of the file, shebang included; zipimport reads that (as it
-    # reads the archives zipapp writes the same way).
+    if python is not None:
+        buffer.write(bytecode(python, entries)[1])
+    # Offsets are recorded from the start of the file, what comes before the zip included; zipimport
+    # reads that (as it reads the archives zipapp writes with a shebang).
     with zipfile.ZipFile(buffer, "w") as archive:
         for name, data in entries:
             info = zipfile.ZipInfo(name, date_time=FIXED_TIME)
-            # What every run reads (the entry point and the bytecode) is stored: deflated, each run would
-            # import zlib and inflate ~100 KB (~2 ms of CPU). The sources, read only by a Python whose
-            # bytecode differs, are deflated: the archive is ~120 KB instead of ~70 KB.
-            stored = name == "__main__.py" or name.endswith(".pyc")
+            # The entry point is stored (runpy reads it at every run of the zip: no zlib for it); the
+            # sources, read only by a Python the bundle is not for, are deflated (~100 KB instead of ~300).
+            stored = name == "__main__.py"
             info.compress_type = zipfile.ZIP_STORED if stored else zipfile.ZIP_DEFLATED
             info.external_attr = FILE_ATTR
             info.create_system = UNIX
