@@ -20,6 +20,7 @@ import pytest
 from conftest import rewind, vllm_page
 from stallprobe.pyz import BUNDLE_AT, BUNDLE_CODE_AT, HOT, TOOLS, launcher
 from stubengine import StubEngine
+from test_cost import OFF_THE_HOT_PATH
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD_PYZ = ROOT / "scripts" / "build-pyz"
@@ -255,6 +256,8 @@ def test_the_archive_is_the_probe_alone_and_its_run_pays_for_nothing_else(pyz: P
     line, modules, enabled = done.stdout.splitlines()[0], *done.stdout.splitlines()[1].rsplit(" ", 1)
     assert line.startswith("baseline: 3 running"), done.stdout + done.stderr
     assert "'__future__'" not in modules
+    # What the bundle's loader and the launcher import is what the interpreter had loaded anyway.
+    assert not {name for name in OFF_THE_HOT_PATH if f"'{name}'" in modules}
     assert enabled == "False"
     for tool in ("watch", "inject", "doctor"):
         asked = subprocess.run(

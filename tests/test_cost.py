@@ -150,3 +150,20 @@ def test_json_output_is_the_one_path_that_loads_json(served: StubEngine, tmp_pat
     out, modules = loaded_by(f"from stallprobe.cli import main\nmain({args!r})")
     assert json.loads(out)["verdict"] == "baseline"
     assert "json" in modules
+
+
+def test_the_bench_runs_on_every_engine_s_page(tmp_path: object) -> None:
+    """scripts/bench on SGLang's and llama.cpp's real pages (one round, no timing asserted): each probe row
+    gave the verdict it claims (the bench exits 1 otherwise), and the naive probe read that engine's
+    families (its line is checked against the probe's own reading of the page)."""
+    real = REPO / "tests" / "fixtures" / "real"
+    pages = [real / "sglang-docs-production-metrics-00b08c4.prom", real / "llamacpp-server-11434-local.prom"]
+    command = [sys.executable, str(REPO / "scripts" / "bench"), "--rounds", "1", "--rss-rounds", "0", "--json"]
+    command += ["--pyz", f"{tmp_path}/stallprobe.pyz"] + [arg for page in pages for arg in ("--page", str(page))]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    assert sorted(result["pages"]) == sorted(str(page) for page in pages)
+    for page in result["pages"].values():
+        probe = {"pod, inject: python -I -S -c '<launcher>'", "pod, inject --ready", "pod, inject, looks stuck"}
+        assert probe | {"naive: python -c urllib+re"} <= set(page["rows"])
