@@ -21,7 +21,7 @@ from conftest import RawServer, refused_url, vllm_page
 from stallprobe.detector import Sample, State
 from stallprobe.errors import ScrapeError
 from stallprobe.observe import Observation, look, observe
-from stallprobe.watch.loop import Looks
+from stallprobe.watch.loop import Look, Looks
 from stallprobe.watch.poll import Watch, WatchConfig
 from stubengine import StubEngine
 
@@ -315,3 +315,152 @@ def test_a_host_whose_first_address_refuses_is_reached_at_the_next(engines: Call
     watch = Watch(WatchConfig([url], timeout=2.0), {}, looks=looks)
     (row,) = watch.poll()
     assert row.verdict == "baseline", row.message
+
+
+# A page far larger than a waiting socket's receive buffer: its engine can hand the kernel only the first
+# few KB until its answer is read (comment lines pad it, as a real page's HELP texts do).
+BIG_PAGE = vllm_page(3, 10, 20) + b"".join(b"# padding line %06d of a large page\n" % n for n in range(8000))
+
+
+def whole_answer(page: bytes) -> bytes:
+    return b"HTTP/1.0 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(page), page)
+
+
+class Readers(Looks):
+    """The loop, noting how many answers it reads at once and each socket's receive buffer before and
+    after it becomes a reader."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.most = 0
+        self.buffers: list[tuple[int, int]] = []
+
+    def _read(self, exchange: object) -> None:
+        sock = exchange.sock  # type: ignore[attr-defined]
+        before = sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
+        super()._read(exchange)  # type: ignore[arg-type]
+        self.buffers.append((before, sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)))
+        self.most = max(self.most, self.reading)
+
+
+class Halves(selectors.DefaultSelector):
+    """Hands the loop the first answers only once `answers` are ready to read together; and whenever
+    nothing is ready, lets the servers send the rest of their pages (`rest`)."""
+
+    def __init__(self, answers: int, rest: threading.Event) -> None:
+        super().__init__()
+        self.answers = answers
+        self.rest = rest
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        bound = time.monotonic() + WAIT
+        while time.monotonic() < bound:
+            events = super().select(0.01)
+            reads = sum(1 for key, mask in events if mask & selectors.EVENT_READ and key.data)
+            if self.answers and reads:  # requests go out at once; answers are held back until all are in
+                if reads < self.answers:
+                    continue
+                self.answers = 0
+            if events:
+                return events
+            self.rest.set()
+        raise AssertionError("no socket became ready")
+
+
+def test_at_most_readers_answers_are_read_at_once_and_every_look_ends(
+    raw_server: Callable[[Behave], RawServer],
+) -> None:
+    """Every request goes out at once; six answers ready together are read two at a time: the others
+    wait, each socket holding a few KB in the kernel until its turn, then given its full buffer. (Each
+    server sends the first half of its page, and the rest only once the loop has nothing to read.)"""
+    rest = threading.Event()
+    answer = whole_answer(BIG_PAGE)
+
+    def halves(conn: socket.socket, stop: threading.Event) -> None:
+        conn.sendall(answer[: len(answer) // 2])
+        rest.wait(WAIT)
+        conn.sendall(answer[len(answer) // 2 :])
+
+    servers = [raw_server(halves) for _ in range(6)]
+    clock = Clock()  # never moves: no deadline passes
+    looks = Readers(clock, selector=Halves(6, rest), readers=2)
+    config = WatchConfig([server.url for server in servers], timeout=2.0)
+    started = [looks.start(server.url, look(server.url, config, None, {}), {}) for server in servers]
+    looks.run(clock.now + 10.0)
+    assert all(one.done and isinstance(one.outcome, Observation) for one in started), [one.outcome for one in started]
+    assert all(not one.outcome.unanswered for one in started if isinstance(one.outcome, Observation))
+    assert looks.most == 2
+    assert len(looks.buffers) == 6
+    assert all(before <= 16384 < after for before, after in looks.buffers), looks.buffers
+    assert looks.reading == 0
+    assert not looks.turns
+
+
+def test_an_answer_waiting_for_a_reader_is_in_time_past_its_deadline(
+    raw_server: Callable[[Behave], RawServer],
+) -> None:
+    """One reader, held by an answer that stalls halfway; another endpoint answers whole within its 1 s
+    deadline but must wait its turn. It is not given up at its deadline (it came in time): when the
+    stalled one times out at its own 5 s, the waiting one is read, and its look ends with the page."""
+    sent = threading.Event()
+    answer_stalls = whole_answer(BIG_PAGE)[:2000]
+
+    def stall(conn: socket.socket, stop: threading.Event) -> None:
+        conn.sendall(answer_stalls)
+        sent.set()
+        stop.wait(WAIT)
+
+    def whole(conn: socket.socket, stop: threading.Event) -> None:
+        conn.sendall(whole_answer(BIG_PAGE))
+
+    slow, fast = raw_server(stall), raw_server(whole)
+    clock = Clock()
+    looks = Looks(clock, selector=Jumping(clock, lambda: int(sent.is_set())), readers=1)
+    stalled = looks.start(slow.url, look(slow.url, WatchConfig([slow.url], timeout=5.0), None, {}), {})
+    looks.run(clock.now + 0.001)  # the stalled answer's first bytes are read: it holds the one reader
+    assert sent.is_set()
+    assert not stalled.done
+    waiting = looks.start(fast.url, look(fast.url, WatchConfig([fast.url], timeout=1.0), None, {}), {})
+    looks.run(clock.now + 10.0)
+    assert isinstance(stalled.outcome, Observation)
+    assert stalled.outcome.unanswered == f"scrape {slow.url}: no complete answer within 5 s"
+    assert isinstance(waiting.outcome, Observation)
+    assert not waiting.outcome.unanswered, waiting.outcome
+    assert [sample.running for sample in waiting.outcome.samples.values()] == [3]
+    assert clock.now >= stalled.started + 5.0 > waiting.started + 1.0
+
+
+def test_an_answer_read_in_its_turn_has_until_its_later_deadline(raw_server: Callable[[Behave], RawServer]) -> None:
+    """An answer that waited for the reader, and whose turn came 0.5 s before its own deadline, gets the
+    turn's second to finish; when it stalls halfway, it is given up then (2.5 s), not at its first
+    deadline (2 s)."""
+    sent = threading.Event()
+    half = whole_answer(BIG_PAGE)[:2000]
+
+    def stall(conn: socket.socket, stop: threading.Event) -> None:
+        conn.sendall(half)
+        sent.set()
+        stop.wait(WAIT)
+
+    holder, late = raw_server(stall), raw_server(stall)
+    clock = Clock()
+    begun = clock.now
+    turn: list[Look] = []
+
+    def silent() -> int:  # the holder once it stalled; the other once its turn came and it read its half
+        exchange = turn[0].exchange if turn else None
+        return int(sent.is_set()) + int(exchange is not None and bool(exchange.reading.data))
+
+    looks = Looks(clock, selector=Jumping(clock, silent), readers=1)
+    held = looks.start(holder.url, look(holder.url, WatchConfig([holder.url], timeout=1.5), None, {}), {})
+    looks.run(clock.now + 0.001)  # its first bytes are read: it holds the one reader
+    assert not held.done
+    turn.append(looks.start(late.url, look(late.url, WatchConfig([late.url], timeout=2.0), None, {}), {}))
+    looks.run(clock.now + 10.0)
+    assert isinstance(held.outcome, Observation)
+    assert held.outcome.unanswered == f"scrape {holder.url}: no complete answer within 1.5 s"
+    outcome = turn[0].outcome
+    assert isinstance(outcome, Observation)
+    assert outcome.unanswered == f"scrape {late.url}: no complete answer within 2 s"
+    # Given up one second after its turn came (at 1.5 s), not at its own first deadline.
+    assert [sample.t - begun for sample in outcome.samples.values()] == [pytest.approx(2.5)]

@@ -292,7 +292,7 @@ class Reading:
         self.head_end = -1
         self.expected = -1
 
-    def feed(self, chunk: bytes) -> bool:
+    def feed(self, chunk: bytes | memoryview) -> bool:
         """Take one chunk; True when the whole body (by its Content-Length) is here."""
         data = self.data
         data += chunk

@@ -17,10 +17,18 @@ a core. Here the cost per endpoint is its system calls and its page's parse.
   pending into the next poll, and is not started again until the lookup returns.
 - At most `limit` connections are open at once (the process's file descriptors, raised to their hard
   limit, less a reserve): the rest wait their turn, and their deadline runs from when they connect.
+- At most `readers` answers are read at once. Every request goes out at the start (an endpoint that never
+  answers must cost the poll its own deadline, not a place in a queue), so every answer would otherwise
+  come back at once, into the kernel's receive buffers: ~55 KB a page, 240 MiB at 5,000 endpoints,
+  charged to the watch's container. So each socket starts with a small receive buffer (the kernel takes
+  the first few KB, and TCP holds the rest at the engine); an answer that starts while `readers` others are
+  being read waits its turn, in time (its first bytes came before its deadline), and its buffer is raised
+  when its turn comes. What the watch holds for a poll is then a few KB per endpoint, and `readers` pages.
 """
 
 from __future__ import annotations
 
+import collections
 import errno
 import heapq
 import selectors
@@ -48,6 +56,13 @@ __all__ = ["Look", "Looks"]
 _RESERVE = 256
 _RESOLVERS = 8  # threads that resolve host names: a few, since lookups are rare (an IP needs none)
 _CHUNK = 262144  # what one recv takes: a real page in one or two
+# The receive buffer of an answer not yet being read (the kernel doubles it: 8 KiB), and of one being read.
+_SMALL_BUFFER = 4096
+_READ_BUFFER = _CHUNK
+_READERS = 64  # answers read at once: enough to keep one thread busy while the others' bytes arrive
+# Once its turn comes, an answer that started in time gets at least this long to finish, whatever its
+# deadline (its engine was held back by the small buffer, not slow).
+_TURN_GRACE = 1.0
 
 
 def _getaddrinfo(host: bytes, port: int) -> list[Address]:
@@ -103,11 +118,13 @@ class _Exchange:
         "host",
         "look",
         "port",
+        "reader",
         "reading",
         "request",
         "sent",
         "sock",
         "started",
+        "turn",
         "where",
     )
 
@@ -124,6 +141,8 @@ class _Exchange:
         self.sent = 0
         self.started = 0.0
         self.deadline = 0.0
+        self.reader = False  # its answer is being read (one of `readers`)
+        self.turn = False  # its answer started and waits for a reader (its socket is off the selector)
 
 
 class Looks:
@@ -137,12 +156,16 @@ class Looks:
         selector: selectors.BaseSelector | None = None,
         resolve: Resolve = _getaddrinfo,
         limit: int | None = None,
+        readers: int = _READERS,
     ) -> None:
         self.clock = clock
         self.selector = selector or selectors.DefaultSelector()
         self.resolve = resolve
         self.limit = limit if limit is not None else _descriptors() - _RESERVE
         self.open = 0  # sockets open now
+        self.readers = readers
+        self.reading = 0  # answers being read now
+        self.turns: collections.deque[_Exchange] = collections.deque()  # answers waiting to be read, in order
         self.waiting: list[_Exchange] = []  # resolved, waiting for a free descriptor (first in, first out)
         self.deadlines: list[tuple[float, int, _Exchange]] = []  # a heap; entries of finished ones stay
         self.count = 0
@@ -151,6 +174,10 @@ class Looks:
         self.lock = threading.Lock()
         self.lookups: queue.SimpleQueue[tuple[_Exchange, bytes]] | None = None  # for the resolver threads
         self.numeric: dict[tuple[str, int], list[Address] | None] = {}  # an IP's address never changes
+        # Every read lands in this one buffer and is copied to its answer: a new 256 KiB bytes a read, shrunk
+        # to the few KB that came, left the allocator's heap in pieces.
+        self.buffer = bytearray(_CHUNK)
+        self.view = memoryview(self.buffer)
         self.wake_r, self.wake_w = socket.socketpair()
         self.wake_r.setblocking(False)
         self.wake_w.setblocking(False)
@@ -206,8 +233,10 @@ class Looks:
         self._handle(self.selector.select(0))  # answers that came in while the loop was busy
         now = self.clock()
         while heap and heap[0][0] <= now:
-            _, _, exchange = heapq.heappop(heap)
-            if self._connected(exchange):
+            when, _, exchange = heapq.heappop(heap)
+            # An answer waiting for its turn came in time: its deadline is set again when it is read (and
+            # the entry of its first deadline, if that is later, is not its deadline any more).
+            if self._connected(exchange) and not exchange.turn and when >= exchange.deadline:
                 self._finish(exchange, _timeout(exchange))
 
     def _connected(self, exchange: _Exchange) -> bool:
@@ -316,6 +345,10 @@ class Looks:
                 error = exc
                 continue
             sock.setblocking(False)
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _SMALL_BUFFER)
+            except OSError:  # not for every kind of socket: it is read at once then, as it comes
+                pass
             code = sock.connect_ex(address)
             if code in (0, errno.EINPROGRESS):
                 exchange.sock = sock
@@ -343,9 +376,17 @@ class Looks:
                 if exchange.sent == len(exchange.request):
                     self.selector.modify(sock, selectors.EVENT_READ, exchange)
                 return
+            if not exchange.reader:
+                if self.reading >= self.readers:  # its answer started: it waits for a reader, off the selector
+                    self.selector.unregister(sock)
+                    exchange.turn = True
+                    self.turns.append(exchange)
+                    return
+                self._read(exchange)
+            buffer, view = self.buffer, self.view
             while True:
-                chunk = sock.recv(_CHUNK)
-                if not chunk or exchange.reading.feed(chunk):
+                size = sock.recv_into(buffer)
+                if not size or exchange.reading.feed(view[:size]):
                     break
         except (BlockingIOError, InterruptedError):
             return
@@ -379,14 +420,44 @@ class Looks:
         sock = exchange.sock
         if sock is not None:
             exchange.sock = None
-            self.selector.unregister(sock)
+            if not exchange.turn:
+                self.selector.unregister(sock)
             sock.close()
             self.open -= 1
+            if exchange.reader:
+                exchange.reader = False
+                self.reading -= 1
+                self._next_turn()
             while self.waiting and self.open < self.limit:
                 waiting = self.waiting.pop(0)
                 waiting.started = self.clock()  # its deadline runs from when it connects
                 waiting.deadline = waiting.started + waiting.ask.timeout
                 self._connect(waiting)
+
+    def _read(self, exchange: _Exchange) -> None:
+        """Make the exchange one of the readers: its socket's full receive buffer (TCP opens the window)."""
+        exchange.reader = True
+        self.reading += 1
+        sock = exchange.sock
+        assert sock is not None
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _READ_BUFFER)
+        except OSError:
+            pass
+
+    def _next_turn(self) -> None:
+        """Give the freed reader to the answer that has waited longest (its socket back on the selector,
+        where it is ready at once)."""
+        while self.turns and self.reading < self.readers:
+            exchange = self.turns.popleft()
+            if exchange.sock is None or exchange not in self.live:
+                continue
+            exchange.turn = False
+            self._read(exchange)
+            exchange.deadline = max(exchange.deadline, self.clock() + min(_TURN_GRACE, exchange.ask.timeout))
+            heapq.heappush(self.deadlines, (exchange.deadline, self.count, exchange))
+            self.count += 1
+            self.selector.register(exchange.sock, selectors.EVENT_READ, exchange)
 
     def _finish(self, exchange: _Exchange, outcome: Answer | ScrapeError) -> None:
         self._close(exchange)
