@@ -15,6 +15,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
+    from .exposition import Series
+
 __all__ = [
     "DIALECTS",
     "ENGINE_NAMES",
@@ -455,11 +457,15 @@ def read_engines(page: bytes, t: float, dialect: Dialect = VLLM, extra: Sequence
 
     engines = sorted({engine_of(labels) for labels in all_series}) or [""]
 
+    read: dict[str, list[Series]] = {}  # a family asked for twice (by two label values) is read once
+
     def totals(family: str, key: str = "", values: Sequence[str] = ()) -> dict[str, float]:
         """Each engine's sum of `family`'s series (only those whose label `key` is one of `values`, if a
         key is given). A series without the engine label is evidence for every engine."""
         found: dict[str, float] = {}
-        for labels, value in find_series(page, family):
+        if family not in read:
+            read[family] = find_series(page, family)
+        for labels, value in read[family]:
             if key and labels.get(key) not in values:
                 continue
             for engine in [labels[label]] if split and label is not None and label in labels else engines:
