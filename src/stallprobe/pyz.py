@@ -3,7 +3,7 @@ ConfigMap without pip. Used by scripts/build-pyz and by `stallprobe inject`.
 
 A pod runs it with `python3 -I -S -c "<launcher(path)>" --url ...`: the launcher puts the archive on
 sys.path, loads its bundle (below) and calls the CLI. `python3 stallprobe.pyz` works too, but running a
-zip goes through runpy, which costs ~4 ms of CPU a run, a third of the whole probe. `-I -S` keeps the
+zip goes through runpy, which costs 4 to 6 ms of CPU a run, half again the whole probe. `-I -S` keeps the
 image's site-packages, PYTHON* variables and working directory out of the probe's imports.
 
 Why not `zipapp.create_archive`: it stamps each entry with the file's mtime, so two builds of the same
@@ -108,8 +108,9 @@ sys.meta_path.insert(0, Bundle)
 
 REQUIRED = ("stallprobe/__init__.py", "stallprobe/cli.py")
 # The archive is the probe, for a pod: the tools (doctor, inject, watch, this builder, and what only they
-# read) stay out. Every entry costs each run ~12 us while zipimport reads the archive's directory, in
-# Python; 19 entries fewer are ~0.2 ms of a probe run. `stallprobe.pyz watch` says to pip install instead.
+# read) stay out: every entry costs ~12 us of a run that reads the archive's directory (zipimport, in
+# Python: another Python's run, or one that asks for the help page). `stallprobe.pyz watch` says to pip
+# install instead.
 TOOLS = (
     "stallprobe/__main__.py",
     "stallprobe/doctor/",
@@ -119,7 +120,7 @@ TOOLS = (
     "stallprobe/stanza.py",
     "stallprobe/watch/",
 )
-# The modules a probe run loads get bytecode (tests/test_cost.py checks that this is exactly the set a
+# The modules a probe run loads are bundled (tests/test_cost.py checks that this is exactly the set a
 # run loads, with api for a run that finds the engine looking stuck: compiling it from source would cost
 # such a run ~3 ms).
 HOT = tuple(
