@@ -41,10 +41,10 @@ PAUSE = 0.6
 CONTENT_TYPE = "text/plain; version=0.0.4"
 
 
-def run_pyz(pyz: Path, url: str, state_file: Path, *extra: str) -> tuple[int, str]:
-    """Run the archive as a pod would; its exit code and its one line."""
+def run_as(program: list[str], url: str, state_file: Path, *extra: str) -> tuple[int, str]:
+    """Run the probe as `python3 -I -S <program>`, as a pod would; its exit code and its one line."""
     result = subprocess.run(
-        [sys.executable, "-I", "-S", str(pyz), "--url", url, "--state-file", str(state_file), *extra],
+        [sys.executable, "-I", "-S", *program, "--url", url, "--state-file", str(state_file), *extra],
         capture_output=True,
         text=True,
         timeout=60,
@@ -54,21 +54,16 @@ def run_pyz(pyz: Path, url: str, state_file: Path, *extra: str) -> tuple[int, st
     lines = result.stdout.splitlines()
     assert len(lines) == 1, result.stdout
     return result.returncode, lines[0]
+
+
+def run_pyz(pyz: Path, url: str, state_file: Path, *extra: str) -> tuple[int, str]:
+    """The archive run as a zip (runpy and its __main__)."""
+    return run_as([str(pyz)], url, state_file, *extra)
 
 
 def run_launched(pyz: Path, url: str, state_file: Path, *extra: str) -> tuple[int, str]:
-    """Run the archive through the launcher inject writes; its exit code and its one line."""
-    result = subprocess.run(
-        [sys.executable, "-I", "-S", "-c", launcher(str(pyz)), "--url", url, "--state-file", str(state_file), *extra],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.stderr == "", result.stderr
-    lines = result.stdout.splitlines()
-    assert len(lines) == 1, result.stdout
-    return result.returncode, lines[0]
+    """The archive run through the launcher inject writes."""
+    return run_as(["-c", launcher(str(pyz))], url, state_file, *extra)
 
 
 Runner = Callable[..., tuple[int, str]]

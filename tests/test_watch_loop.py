@@ -108,6 +108,22 @@ def engines() -> Iterator[Callable[[], StubEngine]]:
         engine.close()
 
 
+def whole_answer(page: bytes) -> bytes:
+    """An HTTP answer carrying `page`, its length given."""
+    return b"HTTP/1.0 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(page), page)
+
+
+def stalls_after(part: bytes, sent: threading.Event) -> Behave:
+    """A server's behaviour: send `part` of an answer, say so, and send nothing more."""
+
+    def stall(conn: socket.socket, stop: threading.Event) -> None:
+        conn.sendall(part)
+        sent.set()
+        stop.wait(WAIT)
+
+    return stall
+
+
 def drive(steps: object, looks: Looks, until: float = 10.0) -> Observation:
     """One look through the loop, to its end."""
     one = looks.start("u", steps, {})  # type: ignore[arg-type]
@@ -144,7 +160,7 @@ def test_an_answer_that_came_while_the_loop_was_busy_is_in_time(raw_server: Call
     page = vllm_page(3, 10, 20)
 
     def answer(conn: socket.socket, stop: threading.Event) -> None:  # the whole answer in one write
-        conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(page), page))
+        conn.sendall(whole_answer(page))
 
     url = raw_server(answer).url
     clock = Clock()
@@ -163,7 +179,7 @@ def test_a_poll_the_watch_itself_overran_says_so_and_the_answer_counts_at_the_ne
     page = vllm_page(3, 10, 20)
 
     def answer(conn: socket.socket, stop: threading.Event) -> None:
-        conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(page), page))
+        conn.sendall(whole_answer(page))
 
     server = raw_server(answer)
     clock = Clock()
@@ -322,10 +338,6 @@ def test_a_host_whose_first_address_refuses_is_reached_at_the_next(engines: Call
 BIG_PAGE = vllm_page(3, 10, 20) + b"".join(b"# padding line %06d of a large page\n" % n for n in range(8000))
 
 
-def whole_answer(page: bytes) -> bytes:
-    return b"HTTP/1.0 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(page), page)
-
-
 class Readers(Looks):
     """The loop, noting how many answers it reads at once and each socket's receive buffer before and
     after it becomes a reader."""
@@ -403,17 +415,11 @@ def test_an_answer_waiting_for_a_reader_is_in_time_past_its_deadline(
     deadline but must wait its turn. It is not given up at its deadline (it came in time): when the
     stalled one times out at its own 5 s, the waiting one is read, and its look ends with the page."""
     sent = threading.Event()
-    answer_stalls = whole_answer(BIG_PAGE)[:2000]
-
-    def stall(conn: socket.socket, stop: threading.Event) -> None:
-        conn.sendall(answer_stalls)
-        sent.set()
-        stop.wait(WAIT)
 
     def whole(conn: socket.socket, stop: threading.Event) -> None:
         conn.sendall(whole_answer(BIG_PAGE))
 
-    slow, fast = raw_server(stall), raw_server(whole)
+    slow, fast = raw_server(stalls_after(whole_answer(BIG_PAGE)[:2000], sent)), raw_server(whole)
     clock = Clock()
     looks = Looks(clock, selector=Jumping(clock, lambda: int(sent.is_set())), readers=1)
     stalled = looks.start(slow.url, look(slow.url, WatchConfig([slow.url], timeout=5.0), None, {}), {})
@@ -435,13 +441,7 @@ def test_an_answer_read_in_its_turn_has_until_its_later_deadline(raw_server: Cal
     turn's second to finish; when it stalls halfway, it is given up then (2.5 s), not at its first
     deadline (2 s)."""
     sent = threading.Event()
-    half = whole_answer(BIG_PAGE)[:2000]
-
-    def stall(conn: socket.socket, stop: threading.Event) -> None:
-        conn.sendall(half)
-        sent.set()
-        stop.wait(WAIT)
-
+    stall = stalls_after(whole_answer(BIG_PAGE)[:2000], sent)
     holder, late = raw_server(stall), raw_server(stall)
     clock = Clock()
     begun = clock.now
