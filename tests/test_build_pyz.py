@@ -66,6 +66,16 @@ def run_launched(pyz: Path, url: str, state_file: Path, *extra: str) -> tuple[in
     return run_as(["-c", launcher(str(pyz))], url, state_file, *extra)
 
 
+def foreign_copy(pyz: Path, target: Path) -> Path:
+    """The archive as if built for another Python: no Python's magic number before the bundle, and no
+    marshal data at the bundle's start either (nothing there may be unmarshalled)."""
+    data = bytearray(pyz.read_bytes())
+    data[BUNDLE_AT:BUNDLE_CODE_AT] = b"\x00\x00\r\n"
+    data[BUNDLE_CODE_AT : BUNDLE_CODE_AT + 64] = bytes(64)
+    target.write_bytes(data)
+    return target
+
+
 Runner = Callable[..., tuple[int, str]]
 HOT_MODULES = [name.removesuffix(".py").removesuffix("/__init__").replace("/", ".") for name in HOT]
 
@@ -140,11 +150,7 @@ def test_bytecode_of_another_python_falls_back_to_the_source(
 ) -> None:
     """An archive built for another Python (another magic number) must still run, from its sources: its
     bundle is never unmarshalled (a code object of another Python's may crash this one)."""
-    foreign = tmp_path / "foreign.pyz"
-    data = bytearray(pyz.read_bytes())
-    data[BUNDLE_AT:BUNDLE_CODE_AT] = b"\x00\x00\r\n"  # no Python's magic
-    data[BUNDLE_CODE_AT : BUNDLE_CODE_AT + 64] = bytes(64)  # and no marshal data either
-    foreign.write_bytes(data)
+    foreign = foreign_copy(pyz, tmp_path / "foreign.pyz")
     served.route("/metrics", frozen_busy_page())
     url = served.url
     state = tmp_path / "probe.state"
@@ -160,12 +166,7 @@ def test_the_launcher_loads_the_probe_from_the_bundle_alone(
 ) -> None:
     """With the bundle, every module of the probe comes from it and the archive is opened once (no
     zipimport); without it (another Python's), zipimport serves the same modules from the sources."""
-    archive = pyz
-    if not bundled:
-        archive = tmp_path / "foreign.pyz"
-        data = bytearray(pyz.read_bytes())
-        data[BUNDLE_AT:BUNDLE_CODE_AT] = b"\x00\x00\r\n"
-        archive.write_bytes(data)
+    archive = pyz if bundled else foreign_copy(pyz, tmp_path / "foreign.pyz")
     served.route("/metrics", frozen_busy_page())
     # Every file the run opens, from the audit hook (which sees zipimport's opens too), and who loaded
     # each of the probe's modules: the bundle's loader is a class, zipimport's an instance.
