@@ -52,23 +52,29 @@ UNIX = 3
 BUNDLE_AT = len(SHEBANG)
 BUNDLE_CODE_AT = BUNDLE_AT + 4
 
-MAIN = '''\
+# The launcher's and __main__'s one statement that loads the bundle of the archive at `p` when it is this
+# Python's (`b` is _frozen_importlib_external, which every interpreter has loaded before any -c program).
+LOAD = (
+    'a = open(p, "rb").read(); '
+    f"a[{BUNDLE_AT}:{BUNDLE_CODE_AT}] == b.MAGIC_NUMBER and exec(*marshal.loads(memoryview(a)[{BUNDLE_CODE_AT}:]))"
+)
+
+MAIN = f'''\
 """Entry point of stallprobe.pyz (`python3 stallprobe.pyz`, through runpy, which puts the archive first
 on sys.path): the bundle's loader as the launcher installs it, then the probe, whose exit code becomes the
 process's."""
 
-import _frozen_importlib_external
+import _frozen_importlib_external as b
 import marshal
 import sys
 
-archive = open(sys.path[0], "rb").read()
-if archive[@AT@:@CODE_AT@] == _frozen_importlib_external.MAGIC_NUMBER:
-    exec(*marshal.loads(memoryview(archive)[@CODE_AT@:]))
+p = sys.path[0]
+{LOAD}
 
 from stallprobe.cli import run  # noqa: E402
 
 run()
-'''.replace("@AT@", str(BUNDLE_AT)).replace("@CODE_AT@", str(BUNDLE_CODE_AT))
+'''
 
 # Run by the launcher, compiled by the target interpreter, with `modules` ({name: code}) as its globals'
 # one name. A loader of the bundled modules, first on sys.meta_path. The archive leaves sys.path (the
@@ -155,12 +161,9 @@ def launcher(path: str) -> str:
     whatever else, or everything on another Python."""
     if '"' in path or "\\" in path:
         raise ValueError(f"the archive's path must not hold a quote or a backslash (got {path!r})")
-    at, code_at = BUNDLE_AT, BUNDLE_CODE_AT
     return (
         f'import gc, sys, marshal, _frozen_importlib_external as b; gc.disable(); p = "{path}"; '
-        'sys.path.insert(0, p); a = open(p, "rb").read(); '
-        f"a[{at}:{code_at}] == b.MAGIC_NUMBER and exec(*marshal.loads(memoryview(a)[{code_at}:])); "
-        "from stallprobe.cli import run; run()"
+        f"sys.path.insert(0, p); {LOAD}; from stallprobe.cli import run; run()"
     )
 
 
