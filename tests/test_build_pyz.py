@@ -189,6 +189,40 @@ def test_the_launcher_loads_the_probe_from_the_bundle_alone(
     assert bundled or int(loaders.split()[-1]) > len(HOT)
 
 
+BROKEN_ARCHIVES: dict[str, Callable[[bytes, Path], object]] = {
+    # What a launcher can find at its path: nothing (a volume not mounted), a folder, a copy cut short in
+    # its bundle (this Python's magic number, then half a marshal value), bytes that are no archive at
+    # all, a zip with no probe in it.
+    "missing": lambda data, path: None,
+    "a folder": lambda data, path: path.mkdir(),
+    "cut short": lambda data, path: path.write_bytes(data[: BUNDLE_CODE_AT + 1000]),
+    "garbage": lambda data, path: path.write_bytes(bytes(range(256)) * 8),
+    "another zip": lambda data, path: _zip_without_the_probe(path),
+}
+
+
+def _zip_without_the_probe(path: Path) -> None:
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("other/__init__.py", "")
+
+
+@pytest.mark.parametrize("case", BROKEN_ARCHIVES)
+def test_a_launcher_whose_archive_cannot_run_says_so_in_one_line_and_exits_2(
+    case: str, pyz: Path, tmp_path: Path
+) -> None:
+    archive = tmp_path / "stallprobe.pyz"
+    BROKEN_ARCHIVES[case](pyz.read_bytes(), archive)
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", launcher(str(archive)), "--url", "http://127.0.0.1:9/metrics",
+         "--state-file", str(tmp_path / "p.state")],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert (done.returncode, done.stdout) == (2, ""), done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith(f"error: cannot run the probe from {archive}: "), lines[0]
+
+
 def test_two_builds_of_the_same_source_are_the_same_bytes(pyz: Path, tmp_path: Path) -> None:
     again = build(tmp_path / "again.pyz")
     assert again.read_bytes() == pyz.read_bytes()

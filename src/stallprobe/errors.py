@@ -60,7 +60,8 @@ EXIT_TABLE: dict[int, dict[str, str]] = {
         "doctor": "the engine is stalled now",
     },
     ExitCode.USAGE: {
-        "probe": "usage error: a flag or environment variable is invalid",
+        "probe": "usage error: a flag or environment variable is invalid, or the archive the launcher names"
+        " cannot be run (missing, unreadable, not the probe)",
         "watch": "usage error: a flag or URL is invalid, or --listen or --agent cannot bind",
         "inject": "usage error: a flag is invalid, or the input or a file it names cannot be used",
         "doctor": "usage error: a flag is invalid",

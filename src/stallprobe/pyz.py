@@ -59,6 +59,13 @@ LOAD = (
     f"a[{BUNDLE_AT}:{BUNDLE_CODE_AT}] == b.MAGIC_NUMBER and exec(*marshal.loads(memoryview(a)[{BUNDLE_CODE_AT}:]))"
 )
 
+# The launcher's hook for an exception nothing catches: one line on stderr and exit 2, with no traceback.
+# Spelled without ": " (print's separate words), so that YAML writes the launcher as a plain scalar.
+EXCEPTHOOK = (
+    "sys.excepthook = lambda t, e, _:(print('error:', 'cannot run the probe from', p + ':', t.__name__ + ':', e, "
+    "file=sys.stderr, flush=True), posix._exit(2))"
+)
+
 MAIN = f'''\
 """Entry point of stallprobe.pyz (`python3 stallprobe.pyz`, through runpy, which puts the archive first
 on sys.path): the bundle's loader as the launcher installs it, then the probe, whose exit code becomes the
@@ -158,12 +165,17 @@ def launcher(path: str) -> str:
     cycles, and the collector's passes during the imports are ~2% of its CPU. It reads the archive in one
     read; when the bundle after the shebang was compiled by this Python (its magic number matches), the
     bundle's loader serves the probe's modules from that read, and zipimport (from the sources) serves
-    whatever else, or everything on another Python."""
+    whatever else, or everything on another Python.
+
+    An archive that is missing, unreadable or not the probe (a ConfigMap not mounted, a truncated copy)
+    says so in one line and exits 2, the code of a deploy error (as a flag that is invalid), instead of a
+    traceback and exit 1: the hook set first takes any exception the launcher does not catch (there are
+    none left once the CLI runs: it says its own errors and exits with their codes)."""
     if '"' in path or "\\" in path:
         raise ValueError(f"the archive's path must not hold a quote or a backslash (got {path!r})")
     return (
-        f'import gc, sys, marshal, _frozen_importlib_external as b; gc.disable(); p = "{path}"; '
-        f"sys.path.insert(0, p); {LOAD}; from stallprobe.cli import run; run()"
+        f'import gc, posix, sys, marshal, _frozen_importlib_external as b; gc.disable(); p = "{path}"; '
+        f"{EXCEPTHOOK}; sys.path.insert(0, p); {LOAD}; from stallprobe.cli import run; run()"
     )
 
 
