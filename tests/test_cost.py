@@ -11,6 +11,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from conftest import REPO, vllm_page
 from stallprobe.pyz import HOT
 from stubengine import StubEngine
@@ -167,3 +169,26 @@ def test_the_bench_runs_on_every_engine_s_page(tmp_path: object) -> None:
     for page in result["pages"].values():
         probe = {"pod, inject: python -I -S -c '<launcher>'", "pod, inject --ready", "pod, inject, looks stuck"}
         assert probe | {"naive: python -c urllib+re"} <= set(page["rows"])
+
+
+@pytest.mark.parametrize(
+    ("page", "verdicts"),
+    [
+        # SGLang's page has a deep queue: a moving page is saturated, a frozen one suspect.
+        ("sglang-docs-production-metrics-00b08c4.prom", ({"saturated": 20}, {"suspect": 20})),
+        # llama.cpp's page has nothing processing or deferred: idle, moving or not.
+        ("llamacpp-server-11434-local.prom", ({"idle": 20}, {"idle": 20})),
+    ],
+)
+def test_the_watch_bench_runs_on_every_engine_s_page(page: str, verdicts: tuple[dict[str, int], ...]) -> None:
+    """scripts/bench-watch --page on other engines' pages (20 endpoints, one poll, no timing asserted): the
+    counter that moves is the engine's own, and each pool's verdicts are what it claims (it exits 1
+    otherwise, which a bench that moved vLLM's family on another engine's page would)."""
+    path = REPO / "tests" / "fixtures" / "real" / page
+    command = [sys.executable, str(REPO / "scripts" / "bench-watch"), "--sizes", "20", "--polls", "1", "--json"]
+    command += ["--pools", "healthy,stuck", "--page", str(path)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    assert tuple(row["verdicts"] for row in rows) == verdicts
+    assert all(row["as_claimed"] for row in rows)
