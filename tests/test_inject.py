@@ -681,6 +681,77 @@ def test_the_fixed_name_of_earlier_versions_is_brought_to_the_new_one() -> None:
         validate(doc)
 
 
+def released(doc: dict[str, Any], release: str | None, name: str | None = None) -> dict[str, Any]:
+    """`doc` as a release of its chart renders it: its metadata labelled app.kubernetes.io/instance (when
+    `release` is given), and renamed after the release (`name`)."""
+    doc = copy.deepcopy(doc)
+    if release is not None:
+        doc["metadata"].setdefault("labels", {})["app.kubernetes.io/instance"] = release
+    if name is not None:
+        doc["metadata"]["name"] = name
+    return doc
+
+
+def test_two_releases_of_one_chart_in_one_namespace_each_own_their_build_s_configmap() -> None:
+    """Two installs of one chart (Helm releases, or Argo CD applications) in one namespace: each names the
+    build's ConfigMap after itself, so neither renders an object the other owns (Helm refuses a second
+    install that would, and a prune of one would delete the other's); injecting its own output changes
+    nothing."""
+    chart = [workload("Deployment", pod_spec(container())), workload("StatefulSet", pod_spec(container()))]
+    build = "stallprobe-" + hashlib.sha256(b"v1").hexdigest()[:10]
+    outputs = {}
+    for release in ("llama", "qwen"):
+        docs = [released(doc, release, f"{release}-{doc['metadata']['name']}") for doc in chart]
+        outputs[release], _, _ = inject(docs, InjectConfig(), b"v1")
+        assert names_of(outputs[release]) == ([f"{release}-{build}"] * 2, [f"{release}-{build}"])
+        again, _, changed = inject(copy.deepcopy(outputs[release]), InjectConfig(), b"v1")
+        assert (again, changed) == (outputs[release], set())
+        for doc in outputs[release]:
+            validate(doc)
+    # --configmap still names it outright.
+    fixed, _, _ = inject([released(chart[0], "llama")], InjectConfig(configmap="probe-build"), b"v1")
+    assert names_of(fixed) == (["probe-build"], ["probe-build"])
+
+
+@pytest.mark.parametrize(
+    ("releases", "owned"),
+    [
+        (["llama", "llama"], True),
+        (["llama", "qwen"], False),  # two installs in one input: no one owner
+        (["llama", None], False),  # a workload that says of no install
+        (["Llama", "Llama"], False),  # not a DNS label: no name can start with it
+        (["llama_3", "llama_3"], False),
+        (["-llama", "-llama"], False),
+        (["x" * 63, "x" * 63], True),
+        (["x" * 64, "x" * 64], False),
+    ],
+)
+def test_the_configmap_is_the_install_s_only_when_every_workload_says_the_same_one(
+    releases: list[str | None], owned: bool
+) -> None:
+    """A Service of another install, or a ConfigMap, says nothing of who owns the workloads: only the
+    workloads' own labels count."""
+    kinds = ["Deployment", "StatefulSet"]
+    docs = [released(workload(kind, pod_spec(container())), release) for kind, release in zip(kinds, releases)]
+    other = released({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s", "namespace": "inference"}}, "b")
+    out, _, _ = inject([*docs, other], InjectConfig(), b"v1")
+    build = "stallprobe-" + hashlib.sha256(b"v1").hexdigest()[:10]
+    name = f"{releases[0]}-{build}" if owned else build
+    assert names_of(out) == ([name, name], [name])
+
+
+def test_an_earlier_build_s_configmap_becomes_the_release_s() -> None:
+    """The output of an earlier version (the ConfigMap `stallprobe-OLDHASH`, shared by every install) is
+    brought to the release's own name, in place."""
+    docs = [released(workload("Deployment", pod_spec(container())), "llama")]
+    earlier, _, _ = inject(docs, InjectConfig(configmap="stallprobe-0123456789"), b"v1")
+    moved, log, _ = inject(copy.deepcopy(earlier), InjectConfig(), b"v2")
+    name = "llama-stallprobe-" + hashlib.sha256(b"v2").hexdigest()[:10]
+    assert names_of(moved) == ([name], [name])
+    assert [doc["kind"] for doc in moved] == ["Deployment", "ConfigMap"]
+    assert log[-1].startswith(f"configmap/stallprobe-0123456789 in namespace inference: replaced by configmap/{name}")
+
+
 def test_an_old_configmap_a_workload_still_mounts_is_kept() -> None:
     """Another workload of the namespace (here one --container leaves alone) still mounts the old build:
     that ConfigMap stays, and the new one comes after it. Two builds live side by side."""

@@ -439,7 +439,7 @@ CONFIGMAP = Option(
     read_dns_name,
     None,
     "a fixed name for the ConfigMap that carries the probe",
-    shown="stallprobe-HASH, from the build's sha256",
+    shown="stallprobe-HASH from the build's sha256, after the workloads' app.kubernetes.io/instance if one",
 )
 PYZ = Option("--pyz", "FILE", read_nonempty, None, "a stallprobe.pyz to ship", shown="built from this installation")
 PYTHON = Option(

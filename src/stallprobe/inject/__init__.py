@@ -9,8 +9,10 @@ sidecars and init containers never do. It replaces a liveness probe that is abse
 check of /health (any other is the operator's and stays unless --force), and the readiness probe the
 same way unless --no-ready; adds a startupProbe where nothing guards the model's loading; mounts a
 ConfigMap that holds the single-file build, named by its content (stallprobe-<sha256, 10 hex digits>:
-a new build rolls the workload); and emits that ConfigMap last, one per namespace, in place of an older
-build's that nothing mounts any more. Injecting its own output changes nothing, byte for byte.
+a new build rolls the workload; after the install's app.kubernetes.io/instance when every workload has the
+same one, so that two releases of a chart in a namespace own one each); and emits that ConfigMap last, one
+per namespace, in place of an older build's that nothing mounts any more. Injecting its own output changes
+nothing, byte for byte.
 
 The modules: shell.py (command lines as a shell splits them), decide.py (the decision), core.py (the
 walk over documents, writing the stanzas stanza.py builds), manifests.py (YAML and JSON read with their

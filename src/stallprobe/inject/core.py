@@ -42,6 +42,7 @@ __all__ = [
     "configmap_name",
     "container_fields",
     "inject",
+    "owner_of",
     "plan_of",
     "pod_specs",
     "volume",
@@ -52,6 +53,8 @@ VOLUME = "stallprobe"
 # share a name, short enough to read in `kubectl get configmap`.
 HASH_DIGITS = 10
 STATE_VOLUME = "stallprobe-state"
+# The recommended label that names the install a workload belongs to (a Helm release, an Argo CD app).
+INSTANCE = "app.kubernetes.io/instance"
 # Where each workload kind keeps its pod templates' specs, and the role each template plays.
 TEMPLATE_PATHS: dict[str, list[tuple[tuple[str, ...], str]]] = {
     "Pod": [(("spec",), "pod")],
@@ -124,13 +127,43 @@ def plan_of(config: InjectConfig) -> Plan:
     )
 
 
-def configmap_name(config: InjectConfig, pyz: bytes) -> str:
+def configmap_name(config: InjectConfig, pyz: bytes, owner: str | None = None) -> str:
     """The ConfigMap's name: --configmap's, else `stallprobe-` and the first 10 hex digits of the build's
     sha256 (what `sha256sum stallprobe.pyz` prints), so a new build is a new ConfigMap: the pod template
-    that names it changes, the workload rolls, and two builds live side by side in a namespace."""
+    that names it changes, the workload rolls, and two builds live side by side in a namespace. With an
+    `owner` (owner_of: the Helm release or Argo CD application every workload of the input belongs to),
+    `OWNER-stallprobe-HASH`: two releases of one chart in one namespace each own their ConfigMap, where one
+    shared name made Helm refuse the second install and a prune of one delete the other's."""
     if config.configmap is not None:
         return config.configmap
-    return f"{VOLUME}-{hashlib.sha256(pyz).hexdigest()[:HASH_DIGITS]}"
+    name = f"{VOLUME}-{hashlib.sha256(pyz).hexdigest()[:HASH_DIGITS]}"
+    return f"{owner}-{name}" if owner else name
+
+
+def owner_of(docs: list[Any]) -> str | None:
+    """The `app.kubernetes.io/instance` label that every workload of the input carries in its metadata, when
+    they all carry the same one and it can start a ConfigMap's name (a DNS label: lowercase letters,
+    digits and dashes, at most 63); else None. Helm's charts set it to the release's name, Argo CD to its
+    application's: what tells two installs of one chart apart in one namespace."""
+    owners = set()
+    for doc in flatten(docs):
+        if not isinstance(doc, dict) or doc.get("kind") not in TEMPLATE_PATHS:
+            continue
+        labels = _dig(doc, ("metadata", "labels"))
+        value = labels.get(INSTANCE) if isinstance(labels, dict) else None
+        if not isinstance(value, str) or not _dns_label(value):
+            return None
+        owners.add(value)
+    return owners.pop() if len(owners) == 1 else None
+
+
+def _dns_label(text: str) -> bool:
+    return (
+        0 < len(text) <= 63
+        and all(ch in "abcdefghijklmnopqrstuvwxyz0123456789-" for ch in text)
+        and text[0] != "-"
+        and text[-1] != "-"
+    )
 
 
 def _dig(doc: Any, path: Sequence[str]) -> Any:
@@ -452,7 +485,7 @@ def inject(docs: list[Any], config: InjectConfig, pyz: bytes) -> tuple[list[Any]
     UsageError when the configuration contradicts itself.
     """
     plan = plan_of(config)
-    walk = _Walk(config, plan, configmap_name(config, pyz))
+    walk = _Walk(config, plan, configmap_name(config, pyz, owner_of(docs)))
     if plan.drain_after is not None:
         warning = drain_warning(plan.drain_after, plan.window)
         walk.log += [warning] if warning else []
