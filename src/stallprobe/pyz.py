@@ -169,8 +169,9 @@ def launcher(path: str) -> str:
 
     An archive that is missing, unreadable or not the probe (a ConfigMap not mounted, a truncated copy)
     says so in one line and exits 2, the code of a deploy error (as a flag that is invalid), instead of a
-    traceback and exit 1: the hook set first takes any exception the launcher does not catch (there are
-    none left once the CLI runs: it says its own errors and exits with their codes)."""
+    traceback and exit 1: the hook set first takes any exception nothing catches. Once the CLI runs it says
+    its own errors, with their codes; only a bug of the probe would still reach the hook, and be one line
+    and exit 2 as well."""
     if '"' in path or "\\" in path:
         raise ValueError(f"the archive's path must not hold a quote or a backslash (got {path!r})")
     return (
