@@ -124,7 +124,7 @@ def test_every_workload_kind_gets_the_probe_and_stays_valid(kind: str) -> None:
         ready = spec["containers"][0]["readinessProbe"]  # by default: drained after --drain-after 30
         assert ready["exec"]["command"] == [*probe["exec"]["command"], "--ready", "--drain-after", "30"]
         # The build's ConfigMap is named by its content: a new build rolls the workload.
-        name = "stallprobe-" + hashlib.sha256(b"PK").hexdigest()[:10]
+        name = build_name(b"PK")
         assert {"name": "stallprobe", "configMap": {"name": name, "defaultMode": 0o444}} in spec["volumes"]
     assert out[-1]["metadata"]["name"] == name
     assert len(log) == (2 if kind == "LeaderWorkerSet" else 1)
@@ -630,6 +630,11 @@ def test_the_docs_give_the_input_limits_the_code_has() -> None:
 # --- the build's ConfigMap, named by its content
 
 
+def build_name(build: bytes) -> str:
+    """The ConfigMap name a build gets: `stallprobe-` and 10 hex digits of its sha256."""
+    return "stallprobe-" + hashlib.sha256(build).hexdigest()[:10]
+
+
 def names_of(docs: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
     """(the ConfigMaps the build's volumes name, the ConfigMaps' names), in document order."""
     volumes = [
@@ -649,7 +654,7 @@ def test_a_new_build_is_a_new_configmap_and_rolls_the_workload() -> None:
     more, becomes the new one in its place."""
     service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "llm", "namespace": "inference"}}
     first, _, _ = inject([workload("Deployment", pod_spec(container())), service], InjectConfig(), b"one")
-    one, two = ("stallprobe-" + hashlib.sha256(build).hexdigest()[:10] for build in (b"one", b"two"))
+    one, two = (build_name(build) for build in (b"one", b"two"))
     assert names_of(first) == ([one], [one])
     command = copy.deepcopy(probe_of(first[0])["exec"]["command"])
     second, log, changed = inject(copy.deepcopy(first), InjectConfig(), b"two")
@@ -675,7 +680,7 @@ def test_the_fixed_name_of_earlier_versions_is_brought_to_the_new_one() -> None:
     kept, _, changed = inject(copy.deepcopy(earlier), InjectConfig(configmap="stallprobe"), b"v1")
     assert (kept, changed) == (earlier, set())
     moved, _, _ = inject(copy.deepcopy(earlier), InjectConfig(), b"v2")
-    name = "stallprobe-" + hashlib.sha256(b"v2").hexdigest()[:10]
+    name = build_name(b"v2")
     assert names_of(moved) == ([name], [name])
     for doc in moved:
         validate(doc)
@@ -698,7 +703,7 @@ def test_two_releases_of_one_chart_in_one_namespace_each_own_their_build_s_confi
     install that would, and a prune of one would delete the other's); injecting its own output changes
     nothing."""
     chart = [workload("Deployment", pod_spec(container())), workload("StatefulSet", pod_spec(container()))]
-    build = "stallprobe-" + hashlib.sha256(b"v1").hexdigest()[:10]
+    build = build_name(b"v1")
     outputs = {}
     for release in ("llama", "qwen"):
         docs = [released(doc, release, f"{release}-{doc['metadata']['name']}") for doc in chart]
@@ -735,7 +740,7 @@ def test_the_configmap_is_the_install_s_only_when_every_workload_says_the_same_o
     docs = [released(workload(kind, pod_spec(container())), release) for kind, release in zip(kinds, releases)]
     other = released({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s", "namespace": "inference"}}, "b")
     out, _, _ = inject([*docs, other], InjectConfig(), b"v1")
-    build = "stallprobe-" + hashlib.sha256(b"v1").hexdigest()[:10]
+    build = build_name(b"v1")
     name = f"{releases[0]}-{build}" if owned else build
     assert names_of(out) == ([name, name], [name])
 
@@ -746,7 +751,7 @@ def test_an_earlier_build_s_configmap_becomes_the_release_s() -> None:
     docs = [released(workload("Deployment", pod_spec(container())), "llama")]
     earlier, _, _ = inject(docs, InjectConfig(configmap="stallprobe-0123456789"), b"v1")
     moved, log, _ = inject(copy.deepcopy(earlier), InjectConfig(), b"v2")
-    name = "llama-stallprobe-" + hashlib.sha256(b"v2").hexdigest()[:10]
+    name = "llama-" + build_name(b"v2")
     assert names_of(moved) == ([name], [name])
     assert [doc["kind"] for doc in moved] == ["Deployment", "ConfigMap"]
     assert log[-1].startswith(f"configmap/stallprobe-0123456789 in namespace inference: replaced by configmap/{name}")
@@ -758,7 +763,7 @@ def test_an_old_configmap_a_workload_still_mounts_is_kept() -> None:
     a = workload("Deployment", pod_spec(container(name="a")))
     b = workload("StatefulSet", pod_spec(container(name="b")))
     first, _, _ = inject([a, b], InjectConfig(), b"one")
-    one, two = ("stallprobe-" + hashlib.sha256(build).hexdigest()[:10] for build in (b"one", b"two"))
+    one, two = (build_name(build) for build in (b"one", b"two"))
     second, log, _ = inject(copy.deepcopy(first), InjectConfig(container="a"), b"two")
     assert names_of(second) == ([two, one], [one, two])
     assert not any(line.startswith("configmap/") for line in log)
