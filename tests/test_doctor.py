@@ -230,20 +230,41 @@ def test_a_busy_vllm_that_moves_is_fit_and_its_printed_probe_runs(
     assert (code, line.split(";")[0]) == (ExitCode.OK, "progressing: 4 running, 0 waiting")
 
 
+def test_a_page_whose_running_gauge_has_no_sample_cannot_be_judged_as_the_probe_says(
+    serve: Callable[..., StubEngine], tmp_path: Path
+) -> None:
+    """The multiprocess page (--api-server-count 2, before its first request) declares the running and
+    waiting gauges and gives them no sample: a value the probe cannot read, never a 0."""
+    page = fixture_page("vllm-0.32.0-cpu-multiprocess-idle.prom")
+    stub = serve({"/metrics": Route(page), "/health": Route(b"", 503)})
+    run = doctor(stub.url)
+    assert run.code == ExitCode.METRICS, run.out
+    why = "required metric missing from the vllm page: vllm:num_requests_running (declared, with no sample)"
+    assert run["engine"] == f"vllm, but the probe cannot read its page: {why}"
+    probe = subprocess.run(
+        [sys.executable, "-m", "stallprobe", "--url", stub.url, "--state-file", str(tmp_path / "s")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=clean_env(),
+        check=False,
+    )
+    assert (probe.returncode, probe.stdout.startswith(f"error: {why}; and health ")) == (ExitCode.METRICS, True)
+
+
 def test_an_idle_vllm_says_nothing_had_to_move_and_what_load_cannot_tell(
     serve: Callable[..., StubEngine], archive: Path, tmp_path: Path
 ) -> None:
-    """The multiprocess page declares the running and waiting gauges and gives them no samples when idle."""
     stub = serve(
         {
-            "/metrics": Route(fixture_page("vllm-0.32.0-cpu-multiprocess-idle.prom")),
+            "/metrics": Route(vllm_page(0, 0, 0)),
             "/health": Route(b""),
             "/load": Route(b'{"server_load": 0}'),
         }
     )
     run = doctor(stub.url)
     assert run.code == ExitCode.OK, run.out
-    assert "vllm:kv_cache_usage_perc (declared, no samples yet)" in run["progress"]
+    assert "no heartbeat on the page" in run["progress"]
     assert run["moved"] == "nothing: nothing ran, so nothing had to move. Look again while it serves requests."
     assert run["load"].startswith("/load said 0, and nothing ran: vLLM counts requests only with")
     assert run["verdicts"] == "baseline, then idle (window 120 s)"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 
 import pytest
@@ -31,10 +32,13 @@ NO_ENGINE = "no known engine's metrics on the page (looked for vllm, sglang, lla
 
 
 # Every real page: the dialect it must be read as and each engine's (running, waiting, owed, prompt,
-# generation, signals), read off the page by hand; or the start of the error it must give.
+# generation, signals), read off the page by hand; or the start of the error reading it must give.
 REAL: dict[str, tuple[str, dict[str, tuple[float, float, float, float, float, dict[str, float]]]] | str] = {
     "vllm-0.32.0-cpu-busy.prom": ("vllm", {"0": (4, 0, 0, 173, 907, {KV: 0.0019536019536019467})}),
-    "vllm-0.32.0-cpu-multiprocess-idle.prom": ("vllm", {"0": (0, 0, 0, 0, 0, {})}),
+    # --api-server-count 2 before its first request: the running and waiting gauges declared, no sample.
+    "vllm-0.32.0-cpu-multiprocess-idle.prom": (
+        "required metric missing from the vllm page: vllm:num_requests_running (declared, with no sample)"
+    ),
     "vllm-0.32.0-cpu-paused-keep.prom": ("vllm", {"0": (4, 0, 0, 244, 2601, {KV: 0.002930045171529727})}),
     "vllm-0.32.0-cpu-asleep.prom": ("vllm", {"0": (0, 0, 0, 244, 2601, {KV: 0.0})}),
     # The admission wedge, staged on the real engine: all three waiting for capacity, owed.
@@ -68,8 +72,8 @@ def test_every_real_fixture_has_an_expectation() -> None:
 def test_real_page_is_read_with_its_dialect_and_numbers(name: str, expected: object) -> None:
     page = fixture_page(name)
     if isinstance(expected, str):
-        with pytest.raises(MetricsError, match=f"^{expected}"):
-            detect(page)
+        with pytest.raises(MetricsError, match=f"^{re.escape(expected)}"):
+            read_engines(page, 7.0, detect(page))
         return
     assert isinstance(expected, tuple)
     dialect_name, engines = expected
@@ -238,11 +242,46 @@ def test_engine_label_none_reads_one_engine() -> None:
     assert list(read_engines(page, 0.0, VLLM.with_names(engine_label=""))) == [""]
 
 
-def test_declared_but_empty_families_read_as_an_idle_engine() -> None:
-    page = fixture_page("vllm-0.32.0-cpu-multiprocess-idle.prom")
-    assert read_engines(page, 0.0) == {"0": Sample(0, 0, 0, 0.0, 0)}
+@pytest.mark.parametrize("family", [RUN, PROMPT, GEN])
+def test_a_required_family_declared_with_no_sample_cannot_be_read(family: str) -> None:
+    # Never a frozen 0: a counter read as 0 beside the one the engine moves would fake a stall.
+    page = b"".join(line + b"\n" for line in vllm_page(1, 2, 3).splitlines() if not line.startswith(family.encode()))
+    assert f"# TYPE {family.removesuffix('_total')}".encode() in page
+    with pytest.raises(MetricsError, match=f"^required metric missing from the vllm page: {family} \\(declared"):
+        read_engines(page, 0.0)
     empty = b"".join(f"# TYPE {name} gauge\n".encode() for name in (RUN, WAIT, PROMPT, GEN))
-    assert read_engines(empty, 0.0) == {"": Sample(0, 0, 0, 0.0, 0)}
+    with pytest.raises(MetricsError, match="declared, with no sample"):
+        read_engines(empty, 0.0)
+
+
+# A counter written as text format 0.0.4 allows: declared and sampled by its base name, without `_total`.
+BARE = (
+    b"# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 3\n"
+    b"# TYPE vllm:prompt_tokens counter\nvllm:prompt_tokens 120\n"
+    b"# TYPE vllm:generation_tokens counter\nvllm:generation_tokens 57\n"
+)
+
+
+def test_a_counter_sampled_without_total_is_read_under_its_name() -> None:
+    assert detect(BARE) is VLLM
+    assert read_engines(BARE, 1.0) == {"": Sample(3, 57, 120, 1.0)}
+    # A counter named without `_total` (a --generation-metric) reads the page's `_total` samples too.
+    named = VLLM.with_names(prompt="vllm:prompt_tokens", generation="vllm:generation_tokens")
+    assert read_engines(vllm_page(1, 2, 3), 1.0, named) == {"0": Sample(1, 2, 3, 1.0)}
+
+
+def test_a_counter_spelled_both_ways_is_read_once_under_the_name_asked() -> None:
+    page = BARE + b"vllm:generation_tokens_total 60\n"
+    assert read_engines(page, 1.0)[""].generation == 60
+
+
+def test_an_engine_without_a_series_of_a_required_family_cannot_be_read() -> None:
+    page = data_parallel_page({"0": (3, 1, 100, 900, 0.5), "1": (5, 0, 40, 70, 0.25)})
+    cut = b"".join(
+        line + b"\n" for line in page.splitlines() if not (line.startswith(PROMPT.encode()) and b'engine="1"' in line)
+    )
+    with pytest.raises(MetricsError, match=f"^required metric {PROMPT} has no series for engine 1 on the vllm page"):
+        read_engines(cut, 0.0)
 
 
 @pytest.mark.parametrize("missing", [RUN, PROMPT, GEN])

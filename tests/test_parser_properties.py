@@ -294,9 +294,19 @@ def test_vllm_engines_sum_to_what_the_registry_holds(drawn: tuple[bytes, dict[st
             read_engines(page, t)
         return
     assert detect(page) is VLLM
+    if not all(held[name] for name in required):
+        event("vllm: a required family declared with no sample")
+        with pytest.raises(MetricsError, match=r"declared, with no sample"):
+            read_engines(page, t)
+        return
     everything = [labels for series in held.values() for labels, _ in series]
     split = bool(everything) and all("engine" in labels for labels in everything)
     engines = sorted({labels["engine"] if split else "" for labels in everything}) or [""]
+    if split and any({labels["engine"] for labels, _ in held[name]} != set(engines) for name in required):
+        event("vllm: an engine without a series of a required family")
+        with pytest.raises(MetricsError, match="has no series for engine"):
+            read_engines(page, t)
+        return
     sums = {
         engine: {
             name: _fold([value for labels, value in held.get(name, []) if not split or labels["engine"] == engine])

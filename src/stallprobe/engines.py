@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .detector import Sample
 from .errors import MetricsError
-from .exposition import find_series, has_samples, is_declared
+from .exposition import counter_series, find_series, has_samples, is_declared, other_spelling
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -215,7 +215,13 @@ class Dialect:
         )
 
     def required(self) -> tuple[str, str, str]:
+        """The families without which no sample can be read: running, prompt, generation."""
         return (self.running, self.prompt, self.generation)
+
+    def required_kinds(self) -> tuple[tuple[str, bool], ...]:
+        """The required families, each with whether it is a counter (which a page may spell without
+        `_total`)."""
+        return ((self.running, False), (self.prompt, True), (self.generation, True))
 
     def __repr__(self) -> str:
         return f"Dialect({self.name!r})"
@@ -362,11 +368,12 @@ ENGINE_NAMES = ("auto", *(dialect.name for dialect in DIALECTS))
 _INF = float("inf")
 
 
-def _present(page: bytes, name: str) -> bool:
+def _present(page: bytes, name: str, counter: bool = False) -> bool:
     # Presence only: read_engines parses the lines once the dialect is chosen. A name nowhere in the page
     # (one search, stopped at the first hit) is on no line of it: another engine's name costs one search,
-    # not three (its samples, its # TYPE, its # HELP).
-    return name.encode() in page and (has_samples(page, name) or is_declared(page, name))
+    # not three (its samples, its # TYPE, its # HELP). A counter may be spelled without its `_total`.
+    names = (name, other_spelling(name)) if counter else (name,)
+    return any(one.encode() in page and (has_samples(page, one) or is_declared(page, one)) for one in names)
 
 
 def _html(page: bytes) -> bool:
@@ -381,7 +388,7 @@ def detect(page: bytes, candidates: Sequence[Dialect] = DIALECTS) -> Dialect:
     """
     # The usual page: one dialect has every family, and each other lacks its first outright (one search
     # each, where telling what it lacks would search for every one of its names).
-    fits = [dialect for dialect in candidates if all(_present(page, name) for name in dialect.required())]
+    fits = [dialect for dialect in candidates if all(_present(page, name, c) for name, c in dialect.required_kinds())]
     if len(fits) == 1:
         return fits[0]
     if fits:
@@ -390,8 +397,8 @@ def detect(page: bytes, candidates: Sequence[Dialect] = DIALECTS) -> Dialect:
     # None fits: say what the one that comes closest lacks.
     partial: list[tuple[Dialect, list[str]]] = []
     for dialect in candidates:
-        required = dialect.required()
-        missing = [name for name in required if not _present(page, name)]
+        required = dialect.required_kinds()
+        missing = [name for name, counter in required if not _present(page, name, counter)]
         if len(missing) < len(required):
             partial.append((dialect, missing))
     if len(partial) == 1:
@@ -427,94 +434,143 @@ def _finite(name: str, value: float) -> float:
     return value
 
 
-def read_engines(page: bytes, t: float, dialect: Dialect = VLLM, extra: Sequence[str] = ()) -> dict[str, Sample]:
-    """One sample per engine that the page shows at time `t`, by engine name ("" for a single engine).
+def _unreadable(page: bytes, dialect: Dialect, series: Mapping[str, list[Series]]) -> str:
+    """Why a required family cannot be read from the page ("" when each has a sample): missing, or
+    declared with no sample. Neither is ever read as 0: a counter read as a frozen 0 beside the one the
+    engine moves would be a stall the engine never had."""
+    missing = [name for name in (dialect.running, dialect.generation, dialect.prompt) if not series[name]]
+    if not missing:
+        return ""
+    if _html(page):
+        return "not a metrics page: the server sent HTML"
+    counters = (dialect.prompt, dialect.generation)
+    declared = [
+        name
+        for name in missing
+        if is_declared(page, name) or (name in counters and is_declared(page, other_spelling(name)))
+    ]
+    if len(missing) == 3 and not declared:
+        return f"not a {dialect.name} metrics page: none of {', '.join(missing)} is on it"
+    shown = [f"{name} (declared, with no sample)" if name in declared else name for name in missing]
+    return f"required metric missing from the {dialect.name} page: {', '.join(shown)}"
+
+
+class _Reading:
+    """One page read with one dialect: the four families' series, and which engines the page shows.
 
     Engines are told apart by the dialect's label only when every series of the four families carries
     it; a series without it could belong to any engine, so then the page is read as one engine (summed),
-    which can hide one wedged engine among others but can never fake a stall. MetricsError names a
-    missing required family.
+    which can hide one wedged engine among others but can never fake a stall.
     """
-    wanted = (dialect.running, dialect.generation, dialect.prompt, dialect.waiting)
-    by, whole = dialect.totals
-    series = {
-        name: [(labels, value) for labels, value in find_series(page, name) if labels.get(by, whole) == whole]
-        for name in wanted
-    }
-    missing = [name for name in wanted[:3] if not series[name] and not is_declared(page, name)]
-    if missing:
-        if _html(page):
-            raise MetricsError("not a metrics page: the server sent HTML")
-        if len(missing) == 3:
-            raise MetricsError(f"not a {dialect.name} metrics page: none of {', '.join(missing)} is on it")
-        raise MetricsError(f"required metric missing from the {dialect.name} page: {', '.join(missing)}")
-    label = dialect.engine_label
-    all_series = [labels for found in series.values() for labels, _ in found]
-    split = label is not None and bool(all_series) and all(label in labels for labels in all_series)
 
-    def engine_of(labels: dict[str, str]) -> str:
-        return labels[label] if split and label is not None else ""
+    def __init__(self, page: bytes, dialect: Dialect) -> None:
+        self.page = page
+        self.dialect = dialect
+        by, whole = dialect.totals
+        counters = (dialect.prompt, dialect.generation)
+        self.series: dict[str, list[Series]] = {}
+        for name in (dialect.running, dialect.generation, dialect.prompt, dialect.waiting):
+            found = counter_series(page, name) if name in counters else find_series(page, name)
+            self.series[name] = [(labels, value) for labels, value in found if labels.get(by, whole) == whole]
+        why = _unreadable(page, dialect, self.series)
+        if why:
+            raise MetricsError(why)
+        label = dialect.engine_label
+        every = [labels for found in self.series.values() for labels, _ in found]
+        self.label = label if label is not None and all(label in labels for labels in every) else None
+        self.engines = sorted({labels[self.label] for labels in every}) if self.label is not None else [""]
+        self.known = frozenset(self.engines)
+        if self.label is not None:
+            for name in dialect.required():
+                shown = {labels[self.label] for labels, _ in self.series[name]}
+                lacking = [engine for engine in self.engines if engine not in shown]
+                if lacking:
+                    raise MetricsError(
+                        f"required metric {name} has no series for {self.label} {', '.join(lacking)} on the "
+                        f"{dialect.name} page, so that engine's progress cannot be read"
+                    )
+        self.read: dict[str, list[Series]] = {}  # a family asked for twice (by two label values) is read once
 
-    engines = sorted({engine_of(labels) for labels in all_series}) or [""]
+    def sums(self, name: str) -> dict[str, float]:
+        """Each engine's sum of one of the four families' series (0 for one it has none of: the waiting
+        gauge, which is not required)."""
+        found = dict.fromkeys(self.engines, 0.0)
+        for labels, value in self.series[name]:
+            engine = labels[self.label] if self.label is not None else ""
+            found[engine] = _finite(name, found[engine] + _finite(name, value))
+        return found
 
-    read: dict[str, list[Series]] = {}  # a family asked for twice (by two label values) is read once
-
-    def totals(family: str, key: str = "", values: Sequence[str] = ()) -> dict[str, float]:
+    def totals(self, family: str, key: str = "", values: Sequence[str] = ()) -> dict[str, float]:
         """Each engine's sum of `family`'s series (only those whose label `key` is one of `values`, if a
-        key is given). A series without the engine label is evidence for every engine."""
+        key is given; a counter, named with `_total`, also as spelled without it). A series without the
+        engine label is evidence for every engine; an engine with no series of the family is left out."""
+        if family not in self.read:
+            counter = family.endswith("_total")
+            self.read[family] = counter_series(self.page, family) if counter else find_series(self.page, family)
         found: dict[str, float] = {}
-        if family not in read:
-            read[family] = find_series(page, family)
-        for labels, value in read[family]:
+        label = self.label
+        for labels, value in self.read[family]:
             if key and labels.get(key) not in values:
                 continue
-            for engine in [labels[label]] if split and label is not None and label in labels else engines:
-                if engine in sums:
+            for engine in [labels[label]] if label is not None and label in labels else self.engines:
+                if engine in self.known:
                     # Two huge finite values can sum past the largest float: check the sum, not the parts.
                     found[engine] = _finite(family, found.get(engine, 0.0) + _finite(family, value))
         return found
 
-    sums = {engine: dict.fromkeys(wanted, 0.0) for engine in engines}
-    for name, found in series.items():
-        for labels, value in found:
-            sums[engine_of(labels)][name] += _finite(name, value)
+    def owed(self, waiting: Mapping[str, float], signals: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+        """Of each engine's waiting requests, those it owes work (Owing says which)."""
+        page, dialect = self.page, self.dialect
+        owing = dialect.owing
+        owed = {engine: waiting[engine] if owing.without else 0.0 for engine in self.engines}
+        if owing.family and (has_samples(page, owing.family) or is_declared(page, owing.family)):
+            capacity = self.totals(owing.family, owing.label, owing.owed)
+            deferred = self.totals(owing.family, owing.label, owing.deferred)
+            for engine in self.engines:
+                # Nothing deferred, or a KV cache seen empty: nothing the deferred hold can be what waits.
+                empty = bool(dialect.signals) and signals[engine].get(dialect.signals[0]) == 0  # None: not seen
+                free = deferred.get(engine, 0.0) == 0 or empty
+                owed[engine] = capacity.get(engine, 0.0) if free or not owing.strict else 0.0
+        for family in owing.excuses:
+            for engine, total in self.totals(family, owing.excuse_label, (owing.excuse_value,)).items():
+                if total > 0:
+                    owed[engine] = 0.0
+        # Looked for only where a queue is owed: most pages owe nothing, and each look scans the whole page.
+        if any(owed.values()) and dialect.signals and any(prefix.encode() in page for prefix in owing.held_by):
+            for engine in self.engines:
+                if signals[engine].get(dialect.signals[0], 0.0) > 0:  # the KV cache holds blocks for a peer
+                    owed[engine] = 0.0
+        return owed
+
+
+def read_engines(page: bytes, t: float, dialect: Dialect = VLLM, extra: Sequence[str] = ()) -> dict[str, Sample]:
+    """One sample per engine that the page shows at time `t`, by engine name ("" for a single engine).
+
+    MetricsError when a required family (running, prompt, generation) cannot be read: missing, declared
+    with no sample, or without a series for one of the engines the page shows. A value that cannot be
+    read is never taken as 0 (the probe then cannot judge the page, and asks the health route).
+    """
+    reading = _Reading(page, dialect)
+    engines = reading.engines
+    running, generation = reading.sums(dialect.running), reading.sums(dialect.generation)
+    prompt, waiting = reading.sums(dialect.prompt), reading.sums(dialect.waiting)
     signals: dict[str, dict[str, float]] = {engine: {} for engine in engines}
     for name in dict.fromkeys((*dialect.signals, *extra)):  # a signal named twice counts once
-        for engine, value in totals(name).items():
+        for engine, value in reading.totals(name).items():
             signals[engine][name] = value
     paused: dict[str, list[str]] = {engine: [] for engine in engines}
     for sign in dialect.pause_signs:
-        for engine, total in totals(sign.family, sign.label, (sign.value,)).items():
+        for engine, total in reading.totals(sign.family, sign.label, (sign.value,)).items():
             if (total == 0) if sign.when_zero else (total > 0):
                 paused[engine].append(sign.why)
-    owing = dialect.owing
-    owed: dict[str, float] = {}
-    for engine in engines:
-        owed[engine] = sums[engine][dialect.waiting] if owing.without else 0.0
-    if owing.family and (has_samples(page, owing.family) or is_declared(page, owing.family)):
-        capacity = totals(owing.family, owing.label, owing.owed)
-        deferred = totals(owing.family, owing.label, owing.deferred)
-        for engine in engines:
-            # Nothing deferred, or a KV cache seen empty: nothing the deferred hold can be what waits.
-            empty = bool(dialect.signals) and signals[engine].get(dialect.signals[0]) == 0  # None: not seen
-            free = deferred.get(engine, 0.0) == 0 or empty
-            owed[engine] = capacity.get(engine, 0.0) if free or not owing.strict else 0.0
-    for family in owing.excuses:
-        for engine, total in totals(family, owing.excuse_label, (owing.excuse_value,)).items():
-            if total > 0:
-                owed[engine] = 0.0
-    # Looked for only where a queue is owed: most pages owe nothing, and each look scans the whole page.
-    if any(owed.values()) and dialect.signals and any(prefix.encode() in page for prefix in owing.held_by):
-        for engine in engines:
-            if signals[engine].get(dialect.signals[0], 0.0) > 0:  # the KV cache holds blocks for a peer
-                owed[engine] = 0.0
+    owed = reading.owed(waiting, signals)
     return {
         engine: Sample(
-            _finite(dialect.running, sums[engine][dialect.running]),
-            _finite(dialect.generation, sums[engine][dialect.generation]),
-            _finite(dialect.prompt, sums[engine][dialect.prompt]),
+            running[engine],
+            generation[engine],
+            prompt[engine],
             t,
-            _finite(dialect.waiting, sums[engine][dialect.waiting]),
+            waiting[engine],
             signals=signals[engine],
             owed=owed[engine],
             paused="; ".join(paused[engine]),

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     import re
     from collections.abc import Iterable
 
-__all__ = ["MAX_LINE", "Series", "find_series", "has_samples", "is_declared"]
+__all__ = ["MAX_LINE", "Series", "counter_series", "find_series", "has_samples", "is_declared", "other_spelling"]
 
 # A label set and the sample value: one line of a family.
 Series = tuple[dict[str, str], float]
@@ -149,6 +149,20 @@ def find_series(page: bytes, name: str) -> list[Series]:
             raise MetricsError(f"{name}: value is not a number in line {_show(line)}") from None
         found.append((labels, value))
     return found
+
+
+def other_spelling(name: str) -> str:
+    """The counter's name with its `_total` suffix taken off, or put on: the other way a page may spell it."""
+    return name[: -len("_total")] if name.endswith("_total") else f"{name}_total"
+
+
+def counter_series(page: bytes, name: str) -> list[Series]:
+    """Every sample line of the counter `name`, spelled as named or, when it has none, the other way
+    (other_spelling). Text format 0.0.4 leaves the `_total` suffix to the writer: prometheus_client adds
+    it, other writers do not, so `vllm:generation_tokens 42` under `# TYPE vllm:generation_tokens counter`
+    is the counter the probe knows as `vllm:generation_tokens_total`. Read under one name only, never
+    summed across both: a page that wrote both would count twice."""
+    return find_series(page, name) or find_series(page, other_spelling(name))
 
 
 def _declared_type(page: bytes, name: bytes) -> bytes | None:

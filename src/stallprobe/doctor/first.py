@@ -151,7 +151,10 @@ def family_state(page: bytes | None, family: str) -> str:
         return ""
     if has_samples(page, family):
         return "samples"
-    return "declared" if is_declared(page, family) else ""
+    try:
+        return "declared" if is_declared(page, family) else ""
+    except MetricsError:  # declared as a histogram or summary: declared all the same
+        return "declared"
 
 
 def not_an_engine(page: bytes | None, engine: str, why: str) -> str:
@@ -173,4 +176,10 @@ def not_an_engine(page: bytes | None, engine: str, why: str) -> str:
             f"none: {why}. The probe reads vLLM, SGLang and llama.cpp's server; for another engine, name its "
             "families with --engine and --running-metric, --prompt-metric and --generation-metric."
         )
-    return f"none: {why}"
+    try:
+        dialect = choose(page or b"", engine)
+    except (MetricsError, ValueError):
+        return f"none: {why}"
+    # The engine is known, but a value the probe needs cannot be read (never taken as 0): the probe's runs
+    # say the same, and fall back to the health route.
+    return f"{dialect.name}, but the probe cannot read its page: {why}"
