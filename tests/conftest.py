@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from stallprobe import Sample, State
 from stallprobe.engines import VLLM, Dialect, read_engines
 from stallprobe.exposition import find_series, is_declared
+from stallprobe.judge import Memory
 from stallprobe.statefile import load, read_boot_id, save
 
 REPO = Path(__file__).resolve().parents[1]
@@ -185,6 +186,24 @@ def llamacpp_page(processing: float, predicted: float, prompt: float, decodes: f
     return "".join(f"# HELP {n} doc\n# TYPE {n} {kind}\n{n} {value:g}\n" for n, kind, value in families).encode()
 
 
+def load_states(
+    path: str | Path, boot_id: str, facts: dict[str, float] | None = None
+) -> tuple[dict[str, State] | None, str]:
+    """The engines' states the state file at `path` holds (None when it holds none) and why it holds
+    none; the page's facts go into `facts`, when given."""
+    memory, why = load(str(path), boot_id)
+    if facts is not None:
+        facts.update(memory.facts)
+    return memory.states, why
+
+
+def save_states(
+    path: str | Path, states: Mapping[str, State], boot_id: str, facts: Mapping[str, float] | None = None
+) -> None:
+    """Write a state file holding these engines' states (and the page's facts), as a run saves one."""
+    save(str(path), Memory(states, facts=facts), boot_id)
+
+
 def rewind(path: str | Path, seconds: float) -> None:
     """Make `seconds` pass between two probe runs without sleeping.
 
@@ -194,20 +213,21 @@ def rewind(path: str | Path, seconds: float) -> None:
     file exactly as if it had been started `seconds` later.
     """
     boot_id = read_boot_id()
-    facts: dict[str, float] = {}
-    states, why = load(str(path), boot_id, facts)
-    if states is None:
+    memory, why = load(str(path), boot_id)
+    if memory == Memory():
         pytest.fail(f"no state to rewind in {path}: {why or 'there is no file'}")
     moved: dict[str, State] = {}
-    for name, state in states.items():
+    for name, state in (memory.states or {}).items():
         data = state.to_dict()
         for key in ("t", "stall_since", "paused_since"):
             value = data[key]
             if isinstance(value, float):
                 data[key] = value - seconds
         moved[name] = State.from_dict(data)
-    # The page's own times (when the last canary went out) move with it.
-    save(str(path), moved, boot_id, {key: value - seconds for key, value in facts.items()})
+    # The page's own times (when the last canary went out, since when the health route is silent) move
+    # with it; what the runs said stays.
+    facts = {key: value - seconds if key != "evidence_written" else value for key, value in memory.facts.items()}
+    save(str(path), Memory(moved or None, dialect=memory.dialect, facts=facts, said=memory.said), boot_id)
 
 
 def sum_families(page: bytes, names: Iterable[str]) -> dict[str, float | None]:

@@ -251,6 +251,10 @@ def test_every_real_vllm_page_is_found() -> None:
     assert without == [NO_FAMILIES]
 
 
+# vLLM with --api-server-count 2, before its first request: its running gauge declared with no sample.
+DECLARED_ONLY = "vllm-0.32.0-cpu-multiprocess-idle.prom"
+
+
 @pytest.mark.parametrize("name", sorted(path.name for path in REAL.glob("*.prom")))
 def test_real_page_reads(pyz: Path, served: StubEngine, tmp_path: Path, name: str) -> None:
     page = (REAL / name).read_bytes()
@@ -260,6 +264,11 @@ def test_real_page_reads(pyz: Path, served: StubEngine, tmp_path: Path, name: st
     if name == NO_FAMILIES:
         assert code == 4, line
         assert line.startswith("error: no known engine"), line
+    elif name == DECLARED_ONLY:  # a value the probe cannot read is never a 0
+        assert code == 4, line
+        assert line.startswith(
+            "error: required metric missing from the vllm page: vllm:num_requests_running (declared"
+        ), line
     else:
         assert code == 0, line
         # A page caught while its engine sleeps is paused from the first run; any other is a baseline.

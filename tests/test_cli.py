@@ -29,7 +29,9 @@ from conftest import (
     clean_env,
     fixture_page,
     llamacpp_page,
+    load_states,
     refused_url,
+    save_states,
     sglang_page,
     vllm_engines_page,
     vllm_page,
@@ -38,7 +40,7 @@ from stallprobe import Sample, State
 from stallprobe.cli import main
 from stallprobe.errors import EXIT_TABLE, ExitCode, StallprobeError
 from stallprobe.probe import help_text
-from stallprobe.statefile import load, read_boot_id, save
+from stallprobe.statefile import read_boot_id
 from stubengine import StubEngine
 
 Behave = Callable[[socket.socket, threading.Event], None]
@@ -82,7 +84,7 @@ def remember(path: str, sample: Sample, stall_since: float | None = None, engine
 
     The stub engine's pages are vLLM V1's, whose series carry `engine="0"`: that is the engine's name.
     """
-    save(path, {engine: State(sample, stall_since)}, read_boot_id())
+    save_states(path, {engine: State(sample, stall_since)}, read_boot_id())
 
 
 def ago(seconds: float) -> float:
@@ -97,7 +99,7 @@ def test_first_run_is_a_baseline(engine: StubEngine, state_file: str) -> None:
     result = probe("--url", engine.url, "--state-file", state_file)
     assert result.returncode == ExitCode.OK
     assert one_line(result) == "baseline: 21 running, 0 waiting; first run, progress is judged from the next run"
-    saved, _ = load(state_file, read_boot_id())
+    saved, _ = load_states(state_file, read_boot_id())
     assert saved is not None
     assert list(saved) == ["0"]
     assert (saved["0"].last.running, saved["0"].last.generation, saved["0"].last.prompt) == (21, 900, 400)
@@ -174,7 +176,8 @@ def test_connection_refused_is_a_scrape_failure(state_file: str) -> None:
     result = probe("--url", refused_url(), "--state-file", state_file)
     assert result.returncode == ExitCode.SCRAPE
     assert re.fullmatch(r"error: scrape http://127\.0\.0\.1:\d+/metrics: connection refused .*", one_line(result))
-    assert not os.path.exists(state_file)
+    # No sample to remember: only what the run said on the container's log.
+    assert load_states(state_file, read_boot_id()) == (None, "")
 
 
 @pytest.mark.parametrize(("status", "words"), [(500, "HTTP 500"), (404, "HTTP 404"), (401, "HTTP 401")])
@@ -289,7 +292,7 @@ def test_corrupt_state_restarts_the_baseline_and_is_rewritten(engine: StubEngine
     assert one_line(result) == (
         "baseline: 2 running, 0 waiting; state file is not text, progress is judged from the next run"
     )
-    saved, why = load(state_file, read_boot_id())
+    saved, why = load_states(state_file, read_boot_id())
     assert (saved is not None, why) == (True, "")
 
 
@@ -307,7 +310,7 @@ def test_sixteen_probes_at_once_leave_a_valid_file(engine: StubEngine, state_fil
     assert [r.returncode for r in results] == [0] * 16
     for result in results:
         assert re.match(r"(baseline|suspect): 5 running", one_line(result))
-    saved, why = load(state_file, read_boot_id())
+    saved, why = load_states(state_file, read_boot_id())
     assert saved is not None
     assert why == ""
     # No temporaries left behind; the lock file stays (removing it could let two probes lock two files).
@@ -519,7 +522,7 @@ def dp_page(engines: dict[str, tuple[float, float, float]]) -> bytes:
 
 def test_one_wedged_engine_among_moving_ones_is_named(engine: StubEngine, state_file: str) -> None:
     then = ago(200)
-    save(
+    save_states(
         state_file,
         {"0": State(Sample(3, 100, 50, then)), "1": State(Sample(4, 700, 90, then))},
         read_boot_id(),
@@ -530,7 +533,7 @@ def test_one_wedged_engine_among_moving_ones_is_named(engine: StubEngine, state_
     assert re.fullmatch(
         r"stalled: engine 1 of 2: 4 running, 0 waiting; no token progress for 20\d s \(window 120 s\)", one_line(result)
     )
-    saved, _ = load(state_file, read_boot_id())
+    saved, _ = load_states(state_file, read_boot_id())
     assert saved is not None
     assert sorted(saved) == ["0", "1"]
 

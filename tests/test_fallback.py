@@ -18,7 +18,7 @@ import pytest
 
 from conftest import clean_env, fixture_page, refused_url, rewind
 from stallprobe.errors import ExitCode
-from stubengine import StubEngine
+from stubengine import Route, StubEngine
 
 REAL = fixture_page("vllm-0.32.0-cpu-busy.prom")
 # An engine upgrade that renames one family the probe needs (here the generation counter).
@@ -179,7 +179,8 @@ def test_unjudged_in_json(engine: StubEngine, tmp_path: Path) -> None:
     assert fields["message"].startswith("ready: unjudged: ")
 
 
-# --- report-only: judge, say, keep the state, never act
+# --- report-only: judge, say, keep the state, never act on the probe's own verdicts; never weaker than
+# the httpGet of the health route it replaces
 
 
 def test_report_only_says_the_stall_and_exits_0(engine: StubEngine, tmp_path: Path) -> None:
@@ -189,40 +190,103 @@ def test_report_only_says_the_stall_and_exits_0(engine: StubEngine, tmp_path: Pa
     result = probe("--url", engine.url, "--state-file", state, "--report-only")
     assert (result.returncode, result.stderr) == (ExitCode.OK, "")
     assert re.fullmatch(r"stalled: 2 running, .*; report-only: exit 0, not 1\n", result.stdout), result.stdout
+    assert engine.count("/health") == 1  # asked only because the run would have failed
     # The state is kept: the stall clock runs on, so the next run is stalled too (and fails without the flag).
     result = probe("--url", engine.url, "--state-file", state)
     assert result.returncode == ExitCode.STALLED
 
 
-def test_report_only_from_the_environment_and_on_a_ready_run(engine: StubEngine, tmp_path: Path) -> None:
+def test_report_only_from_the_environment_acts_on_liveness_alone(engine: StubEngine, tmp_path: Path) -> None:
+    """The kill switch of old (STALLPROBE_REPORT_ONLY on the container) reaches both probes; readiness, which
+    only moves traffic, keeps draining a stuck engine whatever it says."""
     state = str(tmp_path / "probe.state")
     env = {"STALLPROBE_REPORT_ONLY": "1"}
     assert probe("--url", engine.url, "--state-file", state, env=env).returncode == ExitCode.OK
     rewind(state, 200)
-    result = probe("--url", engine.url, "--state-file", state, "--ready", env=env)
-    assert result.returncode == ExitCode.OK
-    assert re.fullmatch(r"not ready: stalled: .*; report-only: exit 0, not 1\n", result.stdout), result.stdout
+    live = probe("--url", engine.url, "--state-file", state, env=env)
+    assert (live.returncode, live.stdout.startswith("stalled: ")) == (ExitCode.OK, True), live.stdout
+    ready = probe("--url", engine.url, "--state-file", state, "--ready", env=env)
+    assert ready.returncode == ExitCode.STALLED
+    assert re.fullmatch(r"not ready: stalled: [^\n]*\n", ready.stdout), ready.stdout
+    assert "report-only" not in ready.stdout
+
+
+def frozen(engine: StubEngine, tmp_path: Path, health_route: Route | None = None) -> str:
+    """A state file whose engine has been busy and frozen for 200 s, and the health route as given."""
+    state = str(tmp_path / "probe.state")
+    assert probe("--url", engine.url, "--state-file", state).returncode == ExitCode.OK
+    rewind(state, 200)
+    if health_route is not None:
+        engine.routes["/health"] = health_route
+    return state
 
 
 @pytest.mark.parametrize(
-    ("args", "code", "words"),
+    ("health_route", "code", "words"),
     [
-        (("--url", "http://127.0.0.1:1/metrics"), ExitCode.SCRAPE, "connection refused"),
-        (("--window", "0"), ExitCode.USAGE, "--window must be"),
-        (("--strict", "--url", "URL-OF-HTML"), ExitCode.METRICS, "not a metrics page"),
+        (Route(b"", 503), ExitCode.SCRAPE, "report-only, but health http://127.0.0.1:PORT/health: HTTP 503"),
+        (Route(b"", 500), ExitCode.SCRAPE, "report-only, but health http://127.0.0.1:PORT/health: HTTP 500"),
+        (Route(b"", 404), ExitCode.SCRAPE, "report-only, but health http://127.0.0.1:PORT/health: HTTP 404"),
+        (Route(b"", 200), ExitCode.OK, "report-only: exit 0, not 1"),
+        # No answer within the deadline is ambiguous (a saturated engine's server is slow): excused.
+        (Route(b"", 200, delay=5), ExitCode.OK, "report-only: exit 0, not 1 (health"),
     ],
-    ids=["refused", "bad_flag", "strict_html"],
+    ids=["503", "500", "404", "200", "silent"],
 )
-def test_report_only_never_fails_a_run(
-    engine: StubEngine, tmp_path: Path, args: tuple[str, ...], code: int, words: str
+def test_report_only_never_excuses_what_an_httpget_of_the_health_route_fails_on(
+    engine: StubEngine, tmp_path: Path, health_route: Route, code: int, words: str
 ) -> None:
-    html(engine)
-    argv = [engine.url if arg == "URL-OF-HTML" else arg for arg in args]
+    state = frozen(engine, tmp_path, health_route)
+    result = probe("--url", engine.url, "--state-file", state, "--report-only", "--timeout", "1")
+    assert (result.returncode, result.stderr) == (code, ""), result.stdout
+    assert result.stdout.startswith("stalled: ")
+    assert words.replace("PORT", str(engine.port)) in result.stdout, result.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "excused", "words"),
+    [
+        (("--url", "REFUSED"), ExitCode.SCRAPE, False, "connection refused"),
+        (("--window", "0"), ExitCode.USAGE, True, "--window must be"),
+        (("--api-key-env", "NOT_SET_ANYWHERE"), ExitCode.USAGE, True, "NOT_SET_ANYWHERE is not set"),
+        (("--url", "http://$(NOT_SET_ANYWHERE):8000/metrics"), ExitCode.USAGE, True, "NOT_SET_ANYWHERE is not set"),
+    ],
+    ids=["refused", "bad_flag", "key_variable_unset", "host_variable_unset"],
+)
+def test_report_only_excuses_the_probe_s_own_errors_never_a_dead_server(
+    engine: StubEngine, tmp_path: Path, args: tuple[str, ...], code: int, excused: bool, words: str
+) -> None:
+    argv = [refused_url() if arg == "REFUSED" else arg for arg in args]
     result = probe(*argv, "--state-file", str(tmp_path / "s"), "--report-only")
-    assert (result.returncode, result.stderr) == (ExitCode.OK, ""), result.stdout
+    assert (result.returncode, result.stderr) == (ExitCode.OK if excused else code, ""), result.stdout
     assert result.stdout.startswith("error: ")
     assert words in result.stdout
-    assert result.stdout.rstrip().endswith(f"; report-only: exit 0, not {code}")
+    assert result.stdout.rstrip().endswith(f"; report-only: exit 0, not {code}") == excused
     # Without the flag, the same run fails with that code.
     plain = probe(*argv, "--state-file", str(tmp_path / "s"))
     assert plain.returncode == code
+
+
+def test_report_only_asks_the_health_route_even_with_strict(engine: StubEngine, tmp_path: Path) -> None:
+    html(engine)
+    result = probe("--url", engine.url, "--state-file", str(tmp_path / "s"), "--report-only", "--strict")
+    assert result.returncode == ExitCode.OK
+    assert re.fullmatch(UNJUDGED, result.stdout.strip()), result.stdout
+
+
+def test_the_kill_switch_file_turns_liveness_report_only_between_two_runs(engine: StubEngine, tmp_path: Path) -> None:
+    """The ConfigMap's report-only key, mounted as a file: flipped in place (kubectl patch), read at every run."""
+    switch = tmp_path / "report-only"
+    state = frozen(engine, tmp_path)
+    args = ("--url", engine.url, "--state-file", state, "--report-only-file", str(switch))
+    assert probe(*args).returncode == ExitCode.STALLED  # no file: the key is not in the ConfigMap
+    switch.write_text("true")
+    on = probe(*args)
+    assert (on.returncode, on.stdout.rstrip().endswith("report-only: exit 0, not 1")) == (ExitCode.OK, True)
+    assert probe(*args, "--ready").returncode == ExitCode.STALLED  # readiness keeps draining
+    switch.write_text("false\n")
+    assert probe(*args).returncode == ExitCode.STALLED
+    switch.write_text("maybe")  # anything but a word read as false holds restarts back
+    assert probe(*args).returncode == ExitCode.OK
+    switch.unlink()
+    assert probe(*args).returncode == ExitCode.STALLED

@@ -17,6 +17,7 @@ LAYERS = {
     # The pure core: no I/O, no clock, no environment.
     "stallprobe.errors": 0,
     "stallprobe.detector": 0,
+    "stallprobe.switches": 0,  # the words a switch reads as on and off
     "stallprobe.exposition": 1,
     "stallprobe.engines": 2,
     "stallprobe.serving": 0,  # data: how each engine's server is started
@@ -26,46 +27,53 @@ LAYERS = {
     "stallprobe.inject.decide": 3,
     # The edges: HTTP, the state file, the single-file build.
     "stallprobe.scrape": 2,
-    "stallprobe.statefile": 2,
+    "stallprobe.credentials": 2,  # the API key the exchanges send: its file, or a variable
+    "stallprobe.statefile": 5,  # the judge's memory, between two runs
+    "stallprobe.killswitch": 2,  # the report-only switch's file
+    "stallprobe.trace": 6,  # the container's log and its termination message file
     "stallprobe.pyz": 2,
     "stallprobe.console": 2,  # stdout and stderr, when they may be closed
     # The words of a look: its line, its exit code, its precision note (reads the dialect's printing).
     "stallprobe.report": 3,
+    # The one judge of a look (what it means, what is said, what is remembered), over the detector's rules.
+    "stallprobe.judge": 4,
+    # The words of a failing run's evidence, from its judgment.
+    "stallprobe.evidence": 5,
     "stallprobe.api": 4,  # questions beyond /metrics, over scrape's HTTP
     # The flags of every command: how a value is read, the table, the typed configuration, --help.
     "stallprobe.readers": 3,
-    "stallprobe.options": 4,
-    "stallprobe.settings": 5,
-    "stallprobe.helppage": 5,
+    "stallprobe.options": 5,
+    "stallprobe.settings": 6,
+    "stallprobe.helppage": 6,
     # The one pipeline: what an engine said at one look, for every command.
-    "stallprobe.observe": 6,
+    "stallprobe.observe": 7,
     # The probe's stanza (its command, probes and timeoutSeconds): what inject writes and doctor prints.
-    "stallprobe.stanza": 7,
+    "stallprobe.stanza": 8,
     # The commands: peers that never import each other.
-    "stallprobe.probe": 8,
-    "stallprobe.doctor": 8,
-    "stallprobe.doctor.command": 8,
-    "stallprobe.doctor.first": 8,
-    "stallprobe.doctor.looks": 8,
-    "stallprobe.doctor.probes": 8,
-    "stallprobe.doctor.words": 8,
-    "stallprobe.inject": 8,
-    "stallprobe.inject.command": 8,
-    "stallprobe.inject.core": 8,
-    "stallprobe.inject.manifests": 8,
-    "stallprobe.inject.splice": 8,
-    "stallprobe.watch": 8,
-    "stallprobe.watch.command": 8,
-    "stallprobe.watch.poll": 8,
-    "stallprobe.watch.loop": 8,
-    "stallprobe.watch.runner": 8,
-    "stallprobe.watch.view": 8,
-    "stallprobe.watch.serve": 8,
-    "stallprobe.watch.agent": 8,
+    "stallprobe.probe": 9,
+    "stallprobe.doctor": 9,
+    "stallprobe.doctor.command": 9,
+    "stallprobe.doctor.first": 9,
+    "stallprobe.doctor.looks": 9,
+    "stallprobe.doctor.probes": 9,
+    "stallprobe.doctor.words": 9,
+    "stallprobe.inject": 9,
+    "stallprobe.inject.command": 9,
+    "stallprobe.inject.core": 9,
+    "stallprobe.inject.manifests": 9,
+    "stallprobe.inject.splice": 9,
+    "stallprobe.watch": 9,
+    "stallprobe.watch.command": 9,
+    "stallprobe.watch.poll": 9,
+    "stallprobe.watch.loop": 9,
+    "stallprobe.watch.runner": 9,
+    "stallprobe.watch.view": 9,
+    "stallprobe.watch.serve": 9,
+    "stallprobe.watch.agent": 9,
     # The dispatcher, and what starts it.
     "stallprobe": 0,
-    "stallprobe.cli": 9,
-    "stallprobe.__main__": 10,
+    "stallprobe.cli": 10,
+    "stallprobe.__main__": 11,
 }
 # Imports within one layer that are part of the design: a package and its own modules.
 PEERS = {

@@ -12,6 +12,7 @@ from stallprobe import observe as observe_module
 from stallprobe import scrape
 from stallprobe.detector import Sample, State
 from stallprobe.errors import ScrapeError, ScrapeTimeout
+from stallprobe.judge import Memory
 from stallprobe.observe import Observation, observe, silent
 from stallprobe.probe import Config
 from stallprobe.scrape import Answer
@@ -205,7 +206,7 @@ def test_a_look_asks_only_what_the_page_cannot_tell(
     engine = fake(answers)
     settings = parse(["--url", URL, *flags], Config, environ={})
     assert isinstance(settings, Config)
-    seen = observe(URL, settings, previous, {}, lambda: 10.0, readiness=readiness)
+    seen = observe(URL, settings, Memory(previous), lambda: 10.0, readiness=readiness)
     assert isinstance(seen, Observation)
     assert engine.asked == asked
     assert all(bool(sample.paused) is paused for sample in seen.samples.values())
@@ -219,7 +220,7 @@ def test_a_refused_page_is_raised(fake: Callable[[dict[str, Answer | Exception]]
     settings = parse(["--url", URL], Config, environ={})
     assert isinstance(settings, Config)
     with pytest.raises(ScrapeError, match="connection refused"):
-        observe(URL, settings, None, {}, lambda: 1.0)
+        observe(URL, settings, Memory(), lambda: 1.0)
 
 
 def test_silence_keeps_every_engine_seen_before() -> None:
@@ -241,3 +242,27 @@ def test_the_worst_case_of_a_look_counts_every_question() -> None:
     assert observe_module.worst_case(3.0) == 3.0 + 1.0  # the page, and the one question of a stuck engine
     assert observe_module.worst_case(3.0, 2) == 3.0 * 3 + 1.0
     assert observe_module.kubelet_timeout(3.0, 1) == 9  # ceil(3 * 2 + 1) + 2
+
+
+@pytest.mark.parametrize(
+    ("answer", "health", "quiet"),
+    [
+        (OK, "", ""),
+        (ScrapeTimeout("health http://engine:8000/health: no complete answer within 3 s"), "", "no complete answer"),
+        (ScrapeError("health http://engine:8000/health: connection refused"), "connection refused", ""),
+        (UNAVAILABLE, "HTTP 503", ""),
+    ],
+    ids=["serves", "silent", "refused", "503"],
+)
+def test_a_health_route_that_gives_no_answer_is_silent_not_failing(
+    fake: Callable[[dict[str, Answer | Exception]], Fake], answer: Answer | Exception, health: str, quiet: str
+) -> None:
+    """No answer in time is ambiguous (the judge excuses it until --drain-after); a refusal or an error
+    status is not."""
+    fake({"/metrics": page(BUSY), "/health": answer})
+    settings = parse(["--url", URL], Config, environ={})
+    assert isinstance(settings, Config)
+    seen = observe(URL, settings, Memory(), lambda: 10.0, readiness=True)
+    assert seen.health is not None
+    assert (health in seen.health, bool(seen.health)) == (True, bool(health))
+    assert (quiet in seen.health_silent, bool(seen.health_silent)) == (True, bool(quiet))

@@ -21,11 +21,11 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Summary, generate_latest
 
-from conftest import FIXTURES, read_sample, sum_families
+from conftest import FIXTURES, load_states, read_sample, save_states, sum_families
 from stallprobe import MetricsError, Sample, State
 from stallprobe.engines import DIALECTS, VLLM, detect, read_engines
 from stallprobe.exposition import Series, find_series
-from stallprobe.statefile import FORMAT, load, save
+from stallprobe.statefile import FORMAT
 
 # scripts/fuzz sets this (without atheris) to run many more examples, and fresh ones on every run.
 FUZZ_EXAMPLES = int(os.environ.get("STALLPROBE_FUZZ_EXAMPLES") or 0)
@@ -569,7 +569,7 @@ DEFECTS = st.sampled_from(["key", "key", "value", "name", "drop", "copy"])
 
 @st.composite
 def near_states(draw: st.DrawFn) -> bytes:
-    """A state file as save() writes it (engines, their fields in any order, signals); when sloppy, with
+    """A state file as save_states() writes it (engines, their fields in any order, signals); when sloppy, with
     an odd header, or a few defects per engine: a key out of place or unknown, an odd number or name, a
     line missing or repeated."""
     sloppy = draw(st.booleans())
@@ -626,7 +626,7 @@ def check_state_file(state_dir: Path, content: bytes) -> None:
     """Bad content is a reason to start over, never an exception; good content is a valid state."""
     path = state_dir / "garbage.state"
     path.write_bytes(content)
-    states, reason = load(str(path), BOOT)
+    states, reason = load_states(str(path), BOOT)
     event("state file: " + (reason.split(" (")[0].split(" '")[0] if states is None else "read"))
     if states is None:
         assert isinstance(reason, str)
@@ -669,8 +669,8 @@ def states(draw: st.DrawFn) -> State:
 )
 def test_saved_states_read_back_exactly(state_dir: Path, saved: dict[str, State], boot: str) -> None:
     path = str(state_dir / "round-trip.state")
-    save(path, saved, boot)
-    loaded, reason = load(path, boot)
+    save_states(path, saved, boot)
+    loaded, reason = load_states(path, boot)
     assert reason == ""
     assert loaded == saved
     for name, state in saved.items():
@@ -681,7 +681,7 @@ def test_saved_states_read_back_exactly(state_dir: Path, saved: dict[str, State]
         assert repr(back.stall_since) == repr(state.stall_since)
         assert {k: repr(v) for k, v in back.last.signals.items()} == {k: repr(v) for k, v in state.last.signals.items()}
     for other in (boot + "-other", boot + " ", " " + boot):
-        assert load(path, other) == (None, "state file is from another boot")
+        assert load_states(path, other) == (None, "state file is from another boot")
     assert not [n for n in os.listdir(os.path.dirname(path)) if n.endswith(".tmp")]
 
 

@@ -20,6 +20,7 @@ import pytest
 from conftest import RawServer, refused_url, vllm_page
 from stallprobe.detector import Sample, State
 from stallprobe.errors import ScrapeError
+from stallprobe.judge import Memory
 from stallprobe.observe import Observation, look, observe
 from stallprobe.watch.loop import Look, Looks
 from stallprobe.watch.poll import Watch, WatchConfig
@@ -126,7 +127,7 @@ def stalls_after(part: bytes, sent: threading.Event) -> Behave:
 
 def drive(steps: object, looks: Looks, until: float = 10.0) -> Observation:
     """One look through the loop, to its end."""
-    one = looks.start("u", steps, {})  # type: ignore[arg-type]
+    one = looks.start("u", steps)  # type: ignore[arg-type]
     looks.run(looks.clock() + until)
     assert one.done
     if isinstance(one.outcome, Exception):
@@ -200,7 +201,7 @@ def test_a_refused_endpoint_reads_as_the_probes_line() -> None:
     (row,) = watch.poll()
     config = WatchConfig([url], timeout=2.0)
     with pytest.raises(ScrapeError) as probe:
-        observe(url, config, None, {}, time.monotonic)
+        observe(url, config, Memory(), time.monotonic)
     assert row.verdict == "unreachable"
     assert row.message == f"unreachable: {probe.value}"
     assert "connection refused (is the engine up on 127.0.0.1:" in row.message
@@ -254,12 +255,12 @@ def asked(situation: str, *, blocking: bool) -> tuple[str, list[tuple[str, str]]
         previous = history()
         if blocking:
             got = outcome(
-                lambda: observe(engine.url, config, previous, {}, time.monotonic, readiness=True), engine.base
+                lambda: observe(engine.url, config, Memory(previous), time.monotonic, readiness=True), engine.base
             )
         else:
             clock = Clock()
             looks = Looks(clock, selector=Jumping(clock))
-            steps = look(engine.url, config, previous, {}, readiness=True)
+            steps = look(engine.url, config, Memory(previous), readiness=True)
             got = outcome(lambda: drive(steps, looks), engine.base)
         return got, [(seen.method, seen.path) for seen in engine.requests]
 
@@ -397,7 +398,7 @@ def test_at_most_readers_answers_are_read_at_once_and_every_look_ends(
     clock = Clock()  # never moves: no deadline passes
     looks = Readers(clock, selector=Halves(6, rest), readers=2)
     config = WatchConfig([server.url for server in servers], timeout=2.0)
-    started = [looks.start(server.url, look(server.url, config, None, {}), {}) for server in servers]
+    started = [looks.start(server.url, look(server.url, config, Memory())) for server in servers]
     looks.run(clock.now + 10.0)
     assert all(one.done and isinstance(one.outcome, Observation) for one in started), [one.outcome for one in started]
     assert all(not one.outcome.unanswered for one in started if isinstance(one.outcome, Observation))
@@ -422,11 +423,11 @@ def test_an_answer_waiting_for_a_reader_is_in_time_past_its_deadline(
     slow, fast = raw_server(stalls_after(whole_answer(BIG_PAGE)[:2000], sent)), raw_server(whole)
     clock = Clock()
     looks = Looks(clock, selector=Jumping(clock, lambda: int(sent.is_set())), readers=1)
-    stalled = looks.start(slow.url, look(slow.url, WatchConfig([slow.url], timeout=5.0), None, {}), {})
+    stalled = looks.start(slow.url, look(slow.url, WatchConfig([slow.url], timeout=5.0), Memory()))
     looks.run(clock.now + 0.001)  # the stalled answer's first bytes are read: it holds the one reader
     assert sent.is_set()
     assert not stalled.done
-    waiting = looks.start(fast.url, look(fast.url, WatchConfig([fast.url], timeout=1.0), None, {}), {})
+    waiting = looks.start(fast.url, look(fast.url, WatchConfig([fast.url], timeout=1.0), Memory()))
     looks.run(clock.now + 10.0)
     assert isinstance(stalled.outcome, Observation)
     assert stalled.outcome.unanswered == f"scrape {slow.url}: no complete answer within 5 s"
@@ -452,10 +453,10 @@ def test_an_answer_read_in_its_turn_has_until_its_later_deadline(raw_server: Cal
         return int(sent.is_set()) + int(exchange is not None and bool(exchange.reading.data))
 
     looks = Looks(clock, selector=Jumping(clock, silent), readers=1)
-    held = looks.start(holder.url, look(holder.url, WatchConfig([holder.url], timeout=1.5), None, {}), {})
+    held = looks.start(holder.url, look(holder.url, WatchConfig([holder.url], timeout=1.5), Memory()))
     looks.run(clock.now + 0.001)  # its first bytes are read: it holds the one reader
     assert not held.done
-    turn.append(looks.start(late.url, look(late.url, WatchConfig([late.url], timeout=2.0), None, {}), {}))
+    turn.append(looks.start(late.url, look(late.url, WatchConfig([late.url], timeout=2.0), Memory())))
     looks.run(clock.now + 10.0)
     assert isinstance(held.outcome, Observation)
     assert held.outcome.unanswered == f"scrape {holder.url}: no complete answer within 1.5 s"

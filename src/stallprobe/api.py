@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from collections.abc import Generator, Mapping
     from typing import Protocol, TypeVar
 
-    from .detector import Sample, State
+    from .detector import Sample
     from .engines import Dialect
     from .scrape import Answer, Outcome
 
@@ -35,7 +35,6 @@ if TYPE_CHECKING:
         key: str  # the API key, "" for none
         timeout: float  # each exchange's deadline
         canary: bool  # --canary
-        canary_interval: float  # --canary-interval
         server_load: bool  # --server-load
 
 
@@ -323,31 +322,27 @@ def canary(base: str, key: str, timeout: float) -> Asks[float | None]:
 
 def ask_idle(
     samples: Mapping[str, Sample],
-    previous: Mapping[str, State] | None,
     config: Asking,
     *,
     base: str,
     dialect: Dialect,
-    facts: dict[str, float],
     now: float,
-) -> Asks[tuple[dict[str, Sample], str]]:
+    canary_due: bool,
+) -> Asks[tuple[dict[str, Sample], str, float | None]]:
     """For an engine that looks idle (detector.looks_idle): the requests its server has in flight
-    (config.server_load), then the canary (config.canary), at most one per config.canary_interval while
-    they are answered, and at every look while one is owed an answer (`facts["canary_at"]` remembers
-    when the last went out). Either, when it finds requests owed, makes them pending on every engine.
-    The samples, and what was learnt."""
+    (config.server_load), then the canary (config.canary) when it is due (judge.canary_due) and the
+    server has none in flight. Either, when it finds requests owed, makes them pending on every engine.
+    The samples, what was learnt, and when the canary went out (None: it did not)."""
     pending = 0.0
     note = ""
+    sent: float | None = None
     key, timeout = config.key, config.timeout
     if config.server_load and dialect.load_route:
         pending = yield from in_flight(base, dialect.load_route, key, timeout)
         if pending:
             note = f"the server has {secs(pending).rstrip('0').rstrip('.')} requests in flight"
-    failing = any(state.last.pending for state in (previous or {}).values())
-    last = facts.get("canary_at")
-    due = failing or last is None or not 0 <= now - last < config.canary_interval
-    if config.canary and not pending and due:
-        facts["canary_at"] = now
+    if config.canary and not pending and canary_due:
+        sent = now
         took = yield from canary(base, key, timeout)
         if took is None:
             pending = 1.0
@@ -355,5 +350,5 @@ def ask_idle(
         else:
             note = f"the canary was answered in {secs(took)} s"
     if not pending:
-        return dict(samples), note
-    return {name: sample.replace(pending=pending) for name, sample in samples.items()}, note
+        return dict(samples), note, sent
+    return {name: sample.replace(pending=pending) for name, sample in samples.items()}, note, sent

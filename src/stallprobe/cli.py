@@ -11,26 +11,13 @@ from __future__ import annotations
 import sys
 
 from .console import emit, end, tell
-from .errors import OutputError, StallprobeError, UsageError
+from .errors import BugError, ExitCode, OutputError, StallprobeError, UsageError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
 __all__ = ["console_main", "main", "run"]
-
-_TRUE = ("1", "true", "yes", "on")
-
-
-def _wants_json(command: str, args: Sequence[str], env: Mapping[str, str]) -> bool:
-    # Read from the raw arguments, since the error may be that they do not parse. Only the probe reads
-    # its flags from the environment.
-    return "--json" in args or (command == "probe" and env.get("STALLPROBE_JSON", "").lower() in _TRUE)
-
-
-def _report_only(command: str, args: Sequence[str], env: Mapping[str, str]) -> bool:
-    # Read from the raw arguments too, so that even a run whose flags do not parse exits 0.
-    return command == "probe" and ("--report-only" in args or env.get("STALLPROBE_REPORT_ONLY", "").lower() in _TRUE)
 
 
 def _environ() -> Mapping[str, str]:
@@ -72,7 +59,8 @@ def _tool(command: str) -> Callable[[list[str], Mapping[str, str]], int]:
 
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
-    """Run one command; its exit code. Every expected failure is one line, never a traceback."""
+    """Run one command; its exit code. Every failure is one line, never a traceback: an expected one with
+    its own code, anything else as a bug of stallprobe (exit 2, never 1, which means stalled)."""
     args = list(sys.argv[1:] if argv is None else argv)
     env = _environ() if environ is None else environ
     command = args[0] if args and args[0] in TOOLS else "probe"
@@ -91,29 +79,44 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
 
         return probe_main(args, env)
     except StallprobeError as exc:
-        message = " ".join(str(exc).splitlines())  # one line, whatever the input it quotes holds
-        if command == "inject":  # its stdout is the manifests: errors go to stderr
-            tell(f"stallprobe inject: {message}")
-        elif isinstance(exc, OutputError):  # stdout is gone: stderr may still be read
-            tell(f"error: {message}")
-        else:
-            report_only = _report_only(command, args, env)
-            if report_only:
-                from .report import report_only_note
+        return _fail(command, exc)
+    except Exception as exc:  # the last resort: a bug of stallprobe, in any command
+        return _fail(command, BugError(exc))
 
-                message = f"{message}; {report_only_note(exc.exit_code)}"
-            line = f"error: {message}"
-            if _wants_json(command, args, env):
-                import json
 
-                from .report import error_fields
-
-                line = json.dumps(error_fields(message, exc.exit_code), sort_keys=True)
-            if not emit(line):
-                tell(f"error: {message}")
-            if report_only:
-                return 0  # judged and said, never acted on: the kubelet counts no failure
+def _fail(command: str, exc: StallprobeError) -> int:
+    """Say `exc` in one line (one JSON object when the command was asked for --json) where its command's
+    errors go; its exit code, or 0 when the probe's --report-only excuses it: a usage error or a bug of
+    stallprobe is the probe's own failure, never the engine's (the probe has already excused its own
+    verdicts, and never excuses a server that refuses or a health route that fails)."""
+    message = " ".join(str(exc).splitlines())  # one line, whatever the input it quotes holds
+    if command == "inject":  # its stdout is the manifests: errors go to stderr
+        tell(f"stallprobe inject: {message}")
         return exc.exit_code
+    if isinstance(exc, OutputError):  # stdout is gone: stderr may still be read
+        tell(f"error: {message}")
+        return exc.exit_code
+    settings = exc.settings
+    excused = (
+        command == "probe"
+        and isinstance(exc, (UsageError, BugError))
+        and getattr(settings, "report_only", False)
+        and not getattr(settings, "ready", False)
+    )
+    if excused:
+        from .report import report_only_note
+
+        message = f"{message}; {report_only_note(exc.exit_code)}"
+    line = f"error: {message}"
+    if getattr(settings, "json", False):
+        import json
+
+        from .report import error_fields
+
+        line = json.dumps(error_fields(message, exc.exit_code), sort_keys=True)
+    if not emit(line):
+        tell(f"error: {message}")
+    return ExitCode.OK if excused else exc.exit_code
 
 
 TOOLS = ("watch", "inject", "doctor")

@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from typing import ClassVar
 
 __all__ = [
+    "DEFAULT_DRAIN_AFTER",
     "DEFAULT_SATURATION",
     "DEFAULT_WINDOW",
     "Assessment",
@@ -73,6 +74,11 @@ __all__ = [
 DEFAULT_WINDOW = 120.0
 # One queued request behind a moving engine already means demand exceeds what is running: saturated.
 DEFAULT_SATURATION = 1.0
+# Readiness takes an engine out of routing when it has been busy with no progress for this long: a quarter
+# of the liveness window. A false "not ready" only moves new requests to the other members for a while
+# (in-flight work goes on), so it can be quick where a restart cannot; yet 30 s is far above a decode
+# step, a prefill chunk, or the gap between SGLang's metric updates.
+DEFAULT_DRAIN_AFTER = 30.0
 
 _FIELDS = ("running", "generation", "prompt", "t", "waiting")
 _INF = float("inf")

@@ -26,6 +26,7 @@ __all__ = [
     "Dialect",
     "Owing",
     "PauseSign",
+    "about",
     "choose",
     "detect",
     "health_route",
@@ -577,6 +578,22 @@ def read_engines(page: bytes, t: float, dialect: Dialect = VLLM, extra: Sequence
         )
         for engine in engines
     }
+
+
+# The labels under which an engine's series name what it serves, and which release it is.
+_ABOUT_LABELS = (("model_name", "model"), ("version", "version"))
+
+
+def about(page: bytes, dialect: Dialect) -> str:
+    """What the page says of the engine, for a person reading why it was restarted: its dialect, and the
+    models and version its running gauge's series name ("vllm, model meta-llama/Llama-3.1-8B")."""
+    parts = [dialect.name]
+    series = find_series(page, dialect.running)
+    for label, word in _ABOUT_LABELS:
+        values = sorted({labels[label] for labels, _ in series if label in labels})
+        if values:
+            parts.append(f"{word} {', '.join(value[:120] for value in values[:4])}")
+    return ", ".join(parts)
 
 
 def precision_note(dialect: Dialect, sample: Sample) -> str:

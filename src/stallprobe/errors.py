@@ -13,6 +13,7 @@ __all__ = [
     "COMMANDS",
     "EXIT_TABLE",
     "BadAnswer",
+    "BugError",
     "ExitCode",
     "InjectError",
     "MetricsError",
@@ -48,7 +49,8 @@ EXIT_TABLE: dict[int, dict[str, str]] = {
     ExitCode.OK: {
         "probe": "alive: baseline, idle, paused, progressing, saturated or suspect (a slow answer is suspect);"
         " or unjudged: the server answers but the page cannot be judged (3, 4 and 5 below) and the health"
-        " route answers 2xx; with --ready: ready; with --report-only: always",
+        " route answers 2xx; with --ready: ready; with --report-only (liveness runs): stalled, a usage error or a"
+        " bug too, unless the health route refuses or answers an error",
         "watch": "stopped (Ctrl-C, SIGTERM, or its reader went away); with --once: every endpoint alive",
         "inject": "written (with --check: nothing would change)",
         "doctor": "the engine looks fit for the probe",
@@ -61,10 +63,11 @@ EXIT_TABLE: dict[int, dict[str, str]] = {
     },
     ExitCode.USAGE: {
         "probe": "usage error: a flag or environment variable is invalid, or the archive the launcher names"
-        " cannot be run (missing, unreadable, not the probe)",
-        "watch": "usage error: a flag or URL is invalid, or --listen or --agent cannot bind",
-        "inject": "usage error: a flag is invalid, or the input or a file it names cannot be used",
-        "doctor": "usage error: a flag is invalid",
+        " cannot be run (missing, unreadable, not the probe); or a bug of stallprobe",
+        "watch": "usage error: a flag or URL is invalid, or --listen or --agent cannot bind; or a bug of stallprobe",
+        "inject": "usage error: a flag is invalid, or the input or a file it names cannot be used; or a bug of"
+        " stallprobe",
+        "doctor": "usage error: a flag is invalid; or a bug of stallprobe",
     },
     ExitCode.SCRAPE: {
         "probe": "scrape or canary failed: refused, reset, empty; or non-2xx (401: give the API key) or too"
@@ -106,15 +109,31 @@ def exit_lines(command: str) -> list[str]:
 
 
 class StallprobeError(Exception):
-    """Base of every error stallprobe raises on purpose; str() is a one-line message for a person."""
+    """Base of every error stallprobe raises on purpose; str() is a one-line message for a person.
+
+    `settings`: the command's configuration the error was raised under (None where the command had none
+    yet; a flag that does not parse gives the switches it could read: settings.parse), from which the CLI
+    tells how to say it (--json) and whether the probe's --report-only excuses it."""
 
     exit_code: ClassVar[int]
+    settings: object = None
 
 
 class UsageError(StallprobeError):
     """A flag or environment variable has a value the probe cannot use."""
 
     exit_code = ExitCode.USAGE
+
+
+class BugError(StallprobeError):
+    """An exception nothing expected: a bug of stallprobe. Said in one line and exit 2, the code of a deploy
+    error, never a traceback and never exit 1 (which means stalled, and nothing else)."""
+
+    exit_code = ExitCode.USAGE
+
+    def __init__(self, exc: BaseException) -> None:
+        detail = " ".join(str(exc).split())[:300]
+        super().__init__(f"a bug of stallprobe (please report it): {type(exc).__name__}: {detail}".rstrip(": "))
 
 
 class InjectError(UsageError):

@@ -3,9 +3,9 @@
 One look is: the page (or no answer within the deadline), read with the dialect; for an engine that looks
 idle, the questions that can find requests the gauges miss (its server's load, the canary); for an engine
 that would be suspect or stalled, whether its operator paused it; and, when readiness is wanted, its
-health route. The result is an Observation: the samples the detector judges, and the facts beside them.
-Judging them (detector.assess_engines, detector.readiness) and putting them into words (report.py) are
-the caller's next steps, so that the probe can judge inside its state file's lock and watch in memory.
+health route. The result is an Observation (judge.py): the samples the detector judges, and the facts
+beside them. Judging them (judge.judge) is the caller's next step, so that the probe can judge inside its
+state file's lock and watch in memory.
 
 Every question beyond the page is asked only when the page alone cannot tell, so a healthy engine's look
 is one GET (two with readiness); api.py, and json with it, is loaded only then.
@@ -19,17 +19,18 @@ the same.
 
 from __future__ import annotations
 
-from .detector import Sample, Verdict, assess_engines, looks_idle
+from .detector import looks_idle
+from .engines import about as engine_about
 from .engines import choose, read_engines
 from .errors import ScrapeError, ScrapeTimeout
+from .judge import Observation, Rules, canary_due, silent, would_be_stuck
 from .scrape import Ask, drive, page_of
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Generator, Mapping
+    from collections.abc import Callable, Generator
 
-    from .detector import State
-    from .engines import Dialect
+    from .judge import Memory
     from .scrape import Outcome
     from .settings import LookSettings
 
@@ -46,72 +47,35 @@ __all__ = [
 ]
 
 
-class Observation:
-    """What one look found: the dialect (None when the page gave no answer), one sample per engine, why
-    there was no answer ("" when there was), what the questions to an idle-looking engine learnt, and
-    why the health route says the engine does not serve (None: not asked; "": it serves)."""
-
-    __slots__ = ("dialect", "health", "note", "samples", "unanswered")
-
-    def __init__(
-        self,
-        dialect: Dialect | None,
-        samples: dict[str, Sample],
-        *,
-        unanswered: str = "",
-        note: str = "",
-        health: str | None = None,
-    ) -> None:
-        self.dialect = dialect
-        self.samples = samples
-        self.unanswered = unanswered
-        self.note = note
-        self.health = health
-
-    def __repr__(self) -> str:
-        name = self.dialect.name if self.dialect else None
-        return f"Observation({name!r}, {self.samples!r}, unanswered={self.unanswered!r}, note={self.note!r})"
-
-
 def origin(url: str) -> str:
     """`http://host:port` of a URL: where the engine's other routes are."""
     slash = url.find("/", url.find("://") + 3)
     return url if slash < 0 else url[:slash]
 
 
-def silent(previous: Mapping[str, State] | None, now: float, why: str) -> Observation:
-    """No answer in time: a sample without numbers for every engine seen before (a slow answer is not a
-    wedge; the detector runs the stall clock from the last answer)."""
-    names = list(previous) if previous else [""]
-    return Observation(None, {name: Sample(0, 0, 0, now, answered=False) for name in names}, unanswered=why)
-
-
 def observe(
     url: str,
     settings: LookSettings,
-    previous: Mapping[str, State] | None,
-    facts: dict[str, float],
+    memory: Memory,
     clock: Callable[[], float],
     *,
     readiness: bool = False,
     page: bytes | None = None,
 ) -> Observation:
-    """Look at the engine whose page is `url` once, against its history `previous`; `facts` is what the
-    caller remembers of the endpoint (when its last canary went out), updated in place. `clock` gives the
-    sample's time (CLOCK_MONOTONIC: one clock for every process since boot). With `readiness`, the health
-    route is asked too. `page`: the page, when the caller has just read it itself (doctor's first contact,
-    which reads its status too), so that the look asks for it no second time. Raises ScrapeError (not
-    ScrapeTimeout: that is an Observation) and MetricsError. Each exchange is performed here, one after
-    another (look() decides which)."""
+    """Look at the engine whose page is `url` once, against what is remembered of it (`memory`: its
+    history, when its last canary went out). `clock` gives the sample's time (CLOCK_MONOTONIC: one clock
+    for every process since boot). With `readiness`, the health route is asked too. `page`: the page, when
+    the caller has just read it itself (doctor's first contact, which reads its status too), so that the
+    look asks for it no second time. Raises ScrapeError (not ScrapeTimeout: that is an Observation) and
+    MetricsError. Each exchange is performed here, one after another (look() decides which)."""
     at = clock() if page is not None else 0.0
-    return drive(look(url, settings, previous, facts, readiness=readiness, page=page, at=at), clock)
+    return drive(look(url, settings, memory, readiness=readiness, page=page, at=at), clock)
 
 
 def look(
     url: str,
     settings: LookSettings,
-    previous: Mapping[str, State] | None,
-    facts: dict[str, float],
+    memory: Memory,
     *,
     readiness: bool = False,
     page: bytes | None = None,
@@ -120,6 +84,7 @@ def look(
     """observe()'s decisions without its I/O: yields each exchange to perform, is sent how it went, and
     returns the Observation (or raises ScrapeError and MetricsError, as observe() does). A sample's time
     is when its page's exchange ended, by the driver's clock (`at`, when the caller gives the `page`)."""
+    previous = memory.states
     if page is None:
         outcome = yield Ask(url, settings.timeout, key=settings.key)
         try:
@@ -131,60 +96,62 @@ def look(
     now = at
     dialect = choose(page, settings.engine, settings.names)
     samples = read_engines(page, now, dialect, settings.progress_metric)
+    rules = Rules.of(settings)
+    stuck = would_be_stuck(rules, previous, samples)
+    about = engine_about(page, dialect) if stuck else ""  # for the evidence of a run that may fail
     del page  # a page can be megabytes: not held while the questions below wait on their answers
     base = origin(url)
     note = ""
+    sent = None
     if (settings.canary or settings.server_load) and looks_idle(samples, previous):
         from .api import ask_idle
 
-        samples, note = yield from ask_idle(
-            samples, previous, settings, base=base, dialect=dialect, facts=facts, now=now
+        samples, note, sent = yield from ask_idle(
+            samples, settings, base=base, dialect=dialect, now=now, canary_due=canary_due(rules, memory, now)
         )
-    if dialect.live_route and _would_be_stuck(previous, samples, settings):
+    if dialect.live_route and stuck:
         # The scheduler's own counts, where the page's may be a stale batch (SGLang); no answer: the page.
         from .api import ask_live
 
         samples = (yield from ask_live(samples, base, dialect.live_route, settings.key)) or samples
-    if dialect.pause_route and _would_be_stuck(previous, samples, settings):
+        stuck = would_be_stuck(rules, previous, samples)
+    if dialect.pause_route and stuck:
         # Asked only now, so a healthy look costs nothing more; no answer is never "paused".
         from .api import ask_paused
 
         samples = (yield from ask_paused(samples, base, dialect.pause_route, settings.key)) or samples
-    why = (yield from _health(base + dialect.health_route, settings)) if readiness else None
-    return Observation(dialect, samples, note=note, health=why)
+    why, quiet = (yield from _health(base + dialect.health_route, settings)) if readiness else (None, "")
+    return Observation(dialect, samples, note=note, health=why, health_silent=quiet, canary_at=sent, about=about)
 
 
-def _would_be_stuck(
-    previous: Mapping[str, State] | None, samples: Mapping[str, Sample], settings: LookSettings
-) -> bool:
-    # Suspect or stalled is busy and frozen, whatever the window: only then is the pause asked about.
-    verdict = assess_engines(
-        previous, samples, settings.window, settings.saturation, include_waiting=settings.include_waiting
-    ).verdict
-    return verdict is Verdict.SUSPECT or verdict is Verdict.STALLED
-
-
-def health(url: str, settings: LookSettings, *, missing_ok: bool = True) -> str:
-    """Why the engine's health route says it does not serve: "" when it answers 2xx, or 404 with
-    `missing_ok` (beside a page that was judged, a server without that route has nothing to say about
-    serving; the engines' own servers all have one). Without `missing_ok` (the route alone decides, as
-    an httpGet probe of it would), a 404 is a failure too."""
+def health(
+    url: str, settings: LookSettings, *, missing_ok: bool = True, timeout: float | None = None
+) -> tuple[str, str]:
+    """What the engine's health route says, asked here and now (within `timeout`, else --timeout): why
+    it says the engine does not serve ("" when it answers 2xx, or 404 with `missing_ok`: beside a page
+    that was judged, a server without that route has nothing to say about serving; the engines' own
+    servers all have one), and why it gave no answer ("" when it did). Without `missing_ok` (the route
+    alone decides, as an httpGet probe of it would), a 404 is a failure too."""
     import time
 
-    return drive(_health(url, settings, missing_ok=missing_ok), time.monotonic)
+    return drive(_health(url, settings, missing_ok=missing_ok, timeout=timeout), time.monotonic)
 
 
-def _health(url: str, settings: LookSettings, *, missing_ok: bool = True) -> Generator[Ask, Outcome, str]:
+def _health(
+    url: str, settings: LookSettings, *, missing_ok: bool = True, timeout: float | None = None
+) -> Generator[Ask, Outcome, tuple[str, str]]:
     from .scrape import status_error
 
-    outcome = yield Ask(url, settings.timeout, key=settings.key, what="health")
+    outcome = yield Ask(url, settings.timeout if timeout is None else timeout, key=settings.key, what="health")
     try:
         answer = outcome.result()
+    except ScrapeTimeout as exc:
+        return "", str(exc)  # no answer in time: ambiguous, as a page that gives none (judge.py)
     except ScrapeError as exc:
-        return str(exc)
+        return str(exc), ""
     if 200 <= answer.code < 300 or (answer.code == 404 and missing_ok):
-        return ""
-    return status_error(f"health {url}", answer)
+        return "", ""
+    return status_error(f"health {url}", answer), ""
 
 
 def worst_case(timeout: float, asks: int = 0) -> float:

@@ -8,9 +8,10 @@ be most of the probe's own start-up cost, paid every few seconds in every pod.
 
 from __future__ import annotations
 
-from .detector import DEFAULT_SATURATION, DEFAULT_WINDOW
+from .detector import DEFAULT_DRAIN_AFTER, DEFAULT_SATURATION, DEFAULT_WINDOW
 from .engines import ENGINE_NAMES
 from .errors import ExitCode
+from .judge import DEFAULT_CANARY_INTERVAL
 from .readers import (
     read_address,
     read_command,
@@ -25,6 +26,7 @@ from .readers import (
     read_positive,
     read_switch,
     read_url,
+    read_variable_name,
     read_waiting,
 )
 from .report import num
@@ -34,6 +36,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
 __all__ = [
+    "API_KEY_ENV",
     "API_KEY_FILE",
     "CANARY",
     "CANARY_INTERVAL",
@@ -83,6 +86,7 @@ __all__ = [
     "PYZ",
     "READY",
     "REPORT_ONLY",
+    "REPORT_ONLY_FILE",
     "RUNNING_METRIC",
     "SATURATION",
     "SECONDS",
@@ -91,7 +95,9 @@ __all__ = [
     "STATE_FILE",
     "STATE_VOLUME",
     "STRICT",
+    "TERMINATION_LOG",
     "TIMEOUT",
+    "TRANSITION_LOG",
     "URL",
     "WAITING_METRIC",
     "WATCH",
@@ -111,16 +117,6 @@ DEFAULT_INTERVAL = 5.0
 DEFAULT_COOLDOWN = 600.0
 # A restart command (docker restart, systemctl restart) returns within a minute; five minutes is a hang.
 DEFAULT_HOOK_TIMEOUT = 300.0
-# Ten minutes between two canaries to an idle engine: six a day-hour, a few requests an hour, nothing
-# next to real traffic. A canary that gets no answer is sent again on every run until one is answered,
-# so once one fails the restart comes about window + period x (failureThreshold - 1) later, as for any
-# stall.
-DEFAULT_CANARY_INTERVAL = 600.0
-# Readiness takes an engine out of routing when it has been busy with no progress for this long: a quarter
-# of the liveness window. A false "not ready" only moves new requests to the other members for a while
-# (in-flight work goes on), so it can be quick where a restart cannot; yet 30 s is far above a decode
-# step, a prefill chunk, or the gap between SGLang's metric updates.
-DEFAULT_DRAIN_AFTER = 30.0
 # The doctor's look: ten looks, one a second, show a busy engine's counters moving (vLLM publishes every
 # step, SGLang at least every few seconds), and a person at a terminal waits that long without wondering.
 DEFAULT_SECONDS = 10.0
@@ -207,7 +203,15 @@ class Option:
 
 _EACH_ENGINE = "the engine's"
 
-URL = Option("--url", "URL", read_url, DEFAULT_URL, "the engine's Prometheus page", env="STALLPROBE_URL")
+URL = Option(
+    "--url",
+    "URL",
+    read_url,
+    DEFAULT_URL,
+    "the engine's Prometheus page; its host may be $(NAME), read from the environment at every run (the pod's"
+    " address: the kubelet expands no variable in a probe's command)",
+    env="STALLPROBE_URL",
+)
 WINDOW = Option(
     "--window",
     "SECONDS",
@@ -320,7 +324,8 @@ REPORT_ONLY = Option(
     "",
     read_switch,
     False,
-    "judge, print and keep the state, but always exit 0 (the line says what the exit would have been)",
+    "liveness: judge, print and keep the state, and exit 0 unless the engine's server refuses or its health"
+    " route answers an error (the line says what the exit would have been); a --ready run ignores it",
     env="STALLPROBE_REPORT_ONLY",
 )
 READY = Option(
@@ -369,10 +374,47 @@ API_KEY_FILE = Option(
     "PATH",
     read_nonempty,
     None,
-    "a file holding the API key the routes want (Authorization: Bearer)",
+    "a file holding the API key the routes want (Authorization: Bearer; its first line, of several)",
     env="STALLPROBE_API_KEY_FILE",
     shown="none",
     env_shown="VLLM_API_KEY or LLAMA_API_KEY when set",
+)
+API_KEY_ENV = Option(
+    "--api-key-env",
+    "NAME",
+    read_variable_name,
+    None,
+    "the environment variable holding the API key, read at every run (the engine's --api-key $(NAME))",
+    env="STALLPROBE_API_KEY_ENV",
+    shown="none",
+)
+REPORT_ONLY_FILE = Option(
+    "--report-only-file",
+    "PATH",
+    read_nonempty,
+    None,
+    "the kill switch: while this file says 1/true/yes/on, a liveness run is report-only (inject mounts it"
+    " from its ConfigMap's report-only key: kubectl patch turns it on without a rollout)",
+    env="STALLPROBE_REPORT_ONLY_FILE",
+    shown="none",
+)
+# PID 1's standard output is the container's log: what `kubectl logs` shows and every log pipeline collects.
+TRANSITION_LOG = Option(
+    "--transition-log",
+    "PATH",
+    read_nonempty,
+    "/proc/1/fd/1",
+    "where a run whose verdict or readiness changed writes its line, prefixed `stallprobe: ` (none: nowhere)",
+    env="STALLPROBE_TRANSITION_LOG",
+)
+TERMINATION_LOG = Option(
+    "--termination-log",
+    "PATH",
+    read_nonempty,
+    None,
+    "where a failing liveness run writes its evidence for the kubelet (the container's terminationMessagePath)",
+    env="STALLPROBE_TERMINATION_LOG",
+    shown="none",
 )
 
 INTERVAL = Option("--interval", "SECONDS", read_positive, DEFAULT_INTERVAL, "poll every this long")
@@ -513,6 +555,7 @@ PROBE = (
     STATE_FILE,
     *ENGINE_OPTIONS,
     API_KEY_FILE,
+    API_KEY_ENV,
     CANARY,
     CANARY_INTERVAL,
     SERVER_LOAD,
@@ -521,6 +564,9 @@ PROBE = (
     JSON,
     STRICT,
     REPORT_ONLY,
+    REPORT_ONLY_FILE,
+    TRANSITION_LOG,
+    TERMINATION_LOG,
 )
 WATCH = (
     INTERVAL,
@@ -544,7 +590,7 @@ WATCH = (
 # too), and reads the probe's environment as the probe does.
 DOCTOR = (URL, SECONDS, TIMEOUT, *ENGINE_OPTIONS, API_KEY_FILE, CANARY, CANARY_INTERVAL, SERVER_LOAD, DRAIN_AFTER)
 # The probe's own flags that inject writes into the probes it adds, when given.
-PASSED_ON = (*ENGINE_OPTIONS, CANARY, CANARY_INTERVAL, SERVER_LOAD, API_KEY_FILE, STRICT, REPORT_ONLY)
+PASSED_ON = (*ENGINE_OPTIONS, CANARY, CANARY_INTERVAL, SERVER_LOAD, API_KEY_FILE, API_KEY_ENV, STRICT, REPORT_ONLY)
 INJECT = (
     FILENAME,
     CONTAINER,

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from .errors import UsageError
 
-__all__ = ["HOT", "build", "bytecode", "launcher"]
+__all__ = ["HOT", "SOMETIMES", "build", "bytecode", "launcher"]
 
 PACKAGE = Path(__file__).resolve().parent
 
@@ -134,8 +134,10 @@ TOOLS = (
     "stallprobe/watch/",
 )
 # The modules a probe run loads are bundled (tests/test_cost.py checks that this is exactly the set a
-# run loads, with api for a run that finds the engine looking stuck: compiling it from source would cost
-# such a run ~3 ms).
+# run loads, with those only some runs load: api for a run that finds the engine looking stuck, compiling
+# it from source would cost such a run ~3 ms; evidence for a failing run that writes it; killswitch for a
+# run that reads the report-only switch).
+SOMETIMES = ("api", "evidence", "killswitch")
 HOT = tuple(
     f"stallprobe/{name}.py"
     for name in (
@@ -143,10 +145,14 @@ HOT = tuple(
         "api",
         "cli",
         "console",
+        "credentials",
         "detector",
         "engines",
         "errors",
+        "evidence",
         "exposition",
+        "judge",
+        "killswitch",
         "observe",
         "options",
         "probe",
@@ -155,6 +161,8 @@ HOT = tuple(
         "scrape",
         "settings",
         "statefile",
+        "switches",
+        "trace",
     )
 )
 
@@ -283,7 +291,7 @@ def build(python: str | None = None, package: Path = PACKAGE) -> bytes:
     names = {name for name, _ in entries}
     missing = [name for name in REQUIRED if name not in names]
     if missing:
-        raise SystemExit(f"build-pyz: {package} lacks {', '.join(missing)}")
+        raise UsageError(f"the package at {package} lacks {', '.join(missing)}: it cannot be built into the probe")
     buffer = io.BytesIO()
     buffer.write(SHEBANG)
     if python is not None:

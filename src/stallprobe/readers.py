@@ -6,9 +6,16 @@ from __future__ import annotations
 
 from .engines import ENGINE_NAMES
 from .errors import UsageError
+from .switches import FALSE_WORDS, TRUE_WORDS
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 __all__ = [
     "MAXIMUM",
+    "expand_url",
+    "host_reference",
     "read_address",
     "read_command",
     "read_count",
@@ -22,6 +29,7 @@ __all__ = [
     "read_positive",
     "read_switch",
     "read_url",
+    "read_variable_name",
     "read_waiting",
     "shown",
     "waiting_word",
@@ -73,9 +81,9 @@ def read_port(name: str, text: str) -> int:
 
 
 def read_switch(name: str, text: str) -> bool:
-    if text.lower() in ("1", "true", "yes", "on"):
+    if text.lower() in TRUE_WORDS:
         return True
-    if text.lower() in ("", "0", "false", "no", "off"):
+    if text.lower() in FALSE_WORDS:
         return False
     raise UsageError(f"{name} must be 1 or 0 (got {text!r})")
 
@@ -83,8 +91,8 @@ def read_switch(name: str, text: str) -> bool:
 # --include-waiting: which waiting requests are work the engine owes. The words, and the switch's old
 # spellings (a bare flag, 1/0 in the environment), which keep their meaning.
 _WAITING = {"auto": None, "always": True, "never": False}
-_WAITING_ALIASES = {"": None, "1": True, "true": True, "yes": True, "on": True}
-_WAITING_ALIASES.update({"0": False, "false": False, "no": False, "off": False})
+_WAITING_ALIASES: dict[str, bool | None] = {"": None, **dict.fromkeys(TRUE_WORDS, True)}
+_WAITING_ALIASES.update(dict.fromkeys(FALSE_WORDS[1:], False))
 
 
 def read_waiting(name: str, text: str) -> bool | None:
@@ -110,6 +118,14 @@ def read_metric_name(name: str, text: str) -> str:
     return text
 
 
+def read_variable_name(name: str, text: str) -> str:
+    # An environment variable's name as a container spec allows it: letters, digits, _ . -; no leading digit.
+    ok = text and not text[0].isdigit() and all(ch.isascii() and (ch.isalnum() or ch in "_.-") for ch in text)
+    if not ok:
+        raise UsageError(f"{name} must be an environment variable's name (got {shown(text)})")
+    return text
+
+
 def read_engine(name: str, text: str) -> str:
     if text.lower() not in ENGINE_NAMES:
         raise UsageError(f"{name} must be one of {', '.join(ENGINE_NAMES)} (got {text!r})")
@@ -124,11 +140,47 @@ def read_engine_label(name: str, text: str) -> str:
 def read_url(name: str, text: str) -> str:
     from .scrape import parse_url  # only for a URL: scrape loads the socket module
 
+    variable = host_reference(text)
+    if variable:
+        read_variable_name(f"{name}'s host $(...)", variable)
     try:
-        parse_url(text)
+        parse_url(text.replace(f"$({variable})", "host", 1) if variable else text)
     except ValueError as exc:
-        raise UsageError(f"{name} {exc} (got {text!r})") from None
+        hint = ""
+        if text.lower().startswith(("http://:", "http:///")):
+            # What a probe's command gets from the kubelet for $(POD_IP): it expands a variable set by
+            # valueFrom (the pod's address) to nothing.
+            hint = "; for the pod's address write $$(NAME) in the manifest: the kubelet expands $(NAME) there"
+        raise UsageError(f"{name} {exc} (got {text!r}){hint}") from None
     return text
+
+
+def host_reference(url: str) -> str:
+    """NAME when the URL's host is `$(NAME)` (the pod's address, read at run time), else ""."""
+    rest = url.partition("://")[2]
+    return rest[2 : rest.find(")")] if rest.startswith("$(") and ")" in rest else ""
+
+
+def expand_url(name: str, url: str, environ: Mapping[str, str]) -> str:
+    """The URL with a `$(NAME)` host replaced by the variable's value in `environ` (an IPv6 address in
+    brackets): how the probe reaches an engine bound to the pod's address, which the manifest can only
+    name (`valueFrom: {fieldRef: {fieldPath: status.podIP}}`), and the kubelet does not expand in a
+    probe's command. UsageError when the variable is unset, empty, or not an address."""
+    variable = host_reference(url)
+    if not variable:
+        return url
+    value = environ.get(variable, "").strip()
+    if not value:
+        raise UsageError(f"{name}'s host $({variable}) cannot be read: {variable} is not set in the environment")
+    host = f"[{value}]" if ":" in value else value
+    expanded = url.replace(f"$({variable})", host, 1)
+    from .scrape import parse_url
+
+    try:
+        parse_url(expanded)
+    except ValueError:
+        raise UsageError(f"{name}'s host $({variable}) is {shown(value)}, not an address") from None
+    return expanded
 
 
 def read_nonempty(name: str, text: str) -> str:

@@ -7,15 +7,14 @@ hold a per-read timeout forever; here every read gets only what is left of `time
 
 The request is HTTP/1.0 with `Connection: close`, so a conforming server answers with a plain body ended
 by Content-Length or by closing; a chunked or compressed answer is still decoded, for servers that send
-one anyway. The API key the exchanges send as a bearer token is read here too, from its file or the
-engine's own variable: the one file this edge reads.
+one anyway. The API key the exchanges send as a bearer token is read by credentials.py.
 """
 
 from __future__ import annotations
 
 import time
 
-from .errors import BadAnswer, ScrapeError, ScrapeTimeout, UsageError
+from .errors import BadAnswer, ScrapeError, ScrapeTimeout
 
 try:
     # The C module that `socket` wraps. `socket` itself turns every constant into an enum member when it
@@ -27,25 +26,22 @@ except ImportError:  # an interpreter without it: the module every other Python 
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Generator, Mapping
+    from collections.abc import Callable, Generator
     from typing import TypeVar
 
     T = TypeVar("T")
 
 __all__ = [
-    "KEY_VARIABLES",
     "MAX_PAGE_BYTES",
     "Answer",
     "Ask",
     "Outcome",
     "Reading",
-    "api_key",
     "drive",
     "exchange",
     "failure",
     "fetch",
     "host_bytes",
-    "key_source",
     "page_of",
     "parse_url",
     "perform",
@@ -434,36 +430,3 @@ def drive(steps: Generator[Ask, Outcome, T], clock: Callable[[], float]) -> T:
     except StopIteration as stop:
         result: T = stop.value
         return result
-
-
-# --- the API key the exchanges send
-
-# Where an engine's own container keeps its API key: vLLM reads VLLM_API_KEY, llama.cpp's server
-# LLAMA_API_KEY (a comma-separated list: any one of them is accepted).
-KEY_VARIABLES = ("VLLM_API_KEY", "LLAMA_API_KEY")
-
-
-def key_source(path: str | None, environ: Mapping[str, str]) -> str:
-    """Where api_key() takes the key from: "--api-key-file", the engine's variable that holds one, or ""."""
-    if path is not None:
-        return "--api-key-file"
-    return next((variable for variable in KEY_VARIABLES if environ.get(variable, "").strip()), "")
-
-
-def api_key(path: str | None, environ: Mapping[str, str]) -> str:
-    """The API key to send (the file at `path`, else the engine's own variable in `environ`), "" when
-    there is none. UsageError when the file cannot be read or holds no usable key; the key itself is
-    never shown."""
-    name = key_source(path, environ)
-    if path is not None:
-        try:
-            with open(path, "rb") as f:
-                text = f.read(4097).decode("utf-8", "replace")
-        except OSError as exc:
-            raise UsageError(f"{name} {path}: {exc.strerror}") from None
-        key = text.strip()
-    else:
-        key = environ[name].split(",")[0].strip() if name else ""
-    if (name and not key) or len(key) > 4096 or not all(" " < ch < "\x7f" for ch in key):
-        raise UsageError(f"{name} must hold one API key of printable ASCII characters (the key is not shown)")
-    return key

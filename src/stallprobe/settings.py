@@ -7,6 +7,7 @@ from __future__ import annotations
 from .errors import UsageError
 from .readers import shown, waiting_word
 from .report import num
+from .switches import TRUE_WORDS
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
 
     T = TypeVar("T", bound="Settings")
 
-__all__ = ["EngineSettings", "LookSettings", "Settings", "given_flags", "parse"]
+__all__ = ["EngineSettings", "LookSettings", "Settings", "given_flags", "parse", "switches"]
 
 
 class Settings:
@@ -97,11 +98,36 @@ def parse(
     positional: str = "",
 ) -> T | str:
     """The configuration `into` filled from argv (its options are `into.OPTIONS`), or "help"/"version"
-    when asked. UsageError names a bad flag or value.
+    when asked. UsageError names a bad flag or value, and carries the switches that were given (`settings`:
+    --json and --report-only say how the error itself is told).
 
     `environ`: also read each option's environment variable (the flag wins; a list is comma-separated).
     `positional`: the metavar of the positional arguments; "" when the command takes none.
     """
+    try:
+        return _parse(argv, into, environ, positional)
+    except UsageError as exc:
+        exc.settings = switches(argv, into, environ)
+        raise
+
+
+def switches(argv: Sequence[str], into: type[T], environ: Mapping[str, str] | None = None) -> T:
+    """A configuration of `into` with only its switches read (a word of argv that is the switch's flag, or
+    its environment variable set true), every other option at its default: what a command line that does
+    not parse still says of how its error is told."""
+    config = into()
+    for option in into.OPTIONS:
+        if not option.is_switch:
+            continue
+        given = option.flag in argv
+        if not given and environ is not None and option.env:
+            given = environ.get(option.env, "").strip().lower() in TRUE_WORDS
+        if given:
+            setattr(config, option.attribute, True)
+    return config
+
+
+def _parse(argv: Sequence[str], into: type[T], environ: Mapping[str, str] | None, positional: str) -> T | str:
     options = into.OPTIONS
     by_flag = {option.flag: option for option in options}
     by_flag.update({option.short: option for option in options if option.short})

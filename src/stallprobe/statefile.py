@@ -1,11 +1,15 @@
 """The state file: the detector's memory between two probe runs.
 
-Format: UTF-8 text, one `key value` per line, the first line `stallprobe-state 3`, then `boot_id`, then
-what the probe remembers of the page as a whole (`fact NAME VALUE`: when the last canary went out), then
-for each engine an `engine NAME` line followed by its fields (`running 4.0`, ..., `owed 0.0` (a file
-without it, written before it existed, reads as 0), `stall_since none`,
-`paused_since none`, `answered 1`, `paused WHY` when paused) and its signals (`signal NAME VALUE`).
-Names and the pause's why are percent-encoded outside [A-Za-z0-9_.:-]. Not JSON
+Format: UTF-8 text, one `key value` per line, the first line `stallprobe-state 4` (a file of version 3,
+which has no `dialect` and no `said` lines, reads as well), then `boot_id`, then what the probe remembers
+of the page as a whole (the judge's Memory): `dialect NAME` (the engine whose page it read), `said KIND
+CLASS` (what each kind of run, liveness and readiness, last said on the container's log), `fact NAME
+VALUE` (when the last canary went out, since when the health route gives no answer), then for each engine
+an `engine NAME` line followed by its fields (`running 4.0`, ..., `owed 0.0` (a file without it, written
+before it existed, reads as 0), `stall_since none`, `paused_since none`, `answered 1`, `paused WHY` when
+paused) and its signals (`signal NAME VALUE`). A file may name no engine (a run that could not read the
+page still remembers what it said). Names, classes and the pause's why are percent-encoded outside
+[A-Za-z0-9_.:-]. Not JSON
 because the json module pulls in `re` and costs a quarter of the interpreter's own start on every probe
 run; the state is a handful of numbers, and this format is just as easy to read by eye (`cat` it).
 
@@ -20,6 +24,7 @@ from __future__ import annotations
 import errno
 
 from .detector import State
+from .judge import Memory
 
 try:
     # The system calls themselves. `os` wraps them, but importing it (with stat, posixpath and
@@ -35,7 +40,8 @@ if TYPE_CHECKING:
 
 __all__ = ["FORMAT", "Locked", "default_path", "load", "read_boot_id", "save"]
 
-FORMAT = "stallprobe-state 3"
+FORMAT = "stallprobe-state 4"
+_READS = (FORMAT, "stallprobe-state 3")  # version 3 is version 4 without `dialect` and `said`
 _MAX_SIZE = 64 * 1024  # a valid file is ~200 bytes; anything far larger is not ours
 _BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 _SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-")
@@ -105,19 +111,21 @@ def _unquote(text: str) -> str:
     return raw.decode("utf-8")
 
 
-def _parse(text: str, boot_id: str, facts: dict[str, float] | None) -> tuple[dict[str, State] | None, str]:
+def _parse(text: str, boot_id: str) -> tuple[Memory, str]:
     lines = text.split("\n")
-    if lines[0] != FORMAT:
+    if lines[0] not in _READS:
         if lines[0].startswith("stallprobe-state "):
-            return None, f"state file has unknown version {lines[0][17:27]!r}"
-        return None, "state file is not a stallprobe state"
+            return Memory(), f"state file has unknown version {lines[0][17:27]!r}"
+        return Memory(), "state file is not a stallprobe state"
     if len(lines) < 2 or not lines[1].startswith("boot_id "):
-        return None, "state file has no boot id"
+        return Memory(), "state file has no boot id"
     if lines[1][8:] != boot_id:
-        return None, "state file is from another boot"
+        return Memory(), "state file is from another boot"
     engines: dict[str, dict[str, object]] = {}
     signals: dict[str, dict[str, float]] = {}
-    found: dict[str, float] = {}
+    facts: dict[str, float] = {}
+    said: dict[str, str] = {}
+    dialect = ""
     name = None
     try:
         for line in lines[2:]:
@@ -130,9 +138,14 @@ def _parse(text: str, boot_id: str, facts: dict[str, float] | None) -> tuple[dic
                 signals.setdefault(name, {})
             elif key == "fact" and name is None:
                 fact, _, number = value.partition(" ")
-                found[_unquote(fact)] = float(number)
+                facts[_unquote(fact)] = float(number)
+            elif key == "said" and name is None:
+                kind, _, klass = value.partition(" ")
+                said[_unquote(kind)] = _unquote(klass)
+            elif key == "dialect" and name is None:
+                dialect = _unquote(value)
             elif name is None:
-                return None, "state file has a field outside an engine"
+                return Memory(), "state file has a field outside an engine"
             elif key == "signal":
                 signal, _, number = value.partition(" ")
                 signals[name][_unquote(signal)] = float(number)
@@ -145,31 +158,26 @@ def _parse(text: str, boot_id: str, facts: dict[str, float] | None) -> tuple[dic
             elif key == "paused":
                 engines[name][key] = _unquote(value)
             else:
-                return None, f"state file has an unknown field {key[:40]!r}"
+                return Memory(), f"state file has an unknown field {key[:40]!r}"
     except ValueError:
-        return None, f"state file has a bad line {line[:60]!r}"
-    if not engines:
-        return None, "state file names no engine"
+        return Memory(), f"state file has a bad line {line[:60]!r}"
     try:
         states = {key: State.from_dict({**data, "signals": signals[key]}) for key, data in engines.items()}
     except ValueError as exc:
-        return None, f"state file is invalid ({exc})"
-    if facts is not None:
-        facts.update(found)
-    return states, ""
+        return Memory(), f"state file is invalid ({exc})"
+    return Memory(states or None, dialect=dialect, facts=facts, said=said), ""
 
 
-def load(path: str, boot_id: str, facts: dict[str, float] | None = None) -> tuple[dict[str, State] | None, str]:
-    """The saved state, or None and why there is none ("" for a first run). Bad content is not an
-    error; a file that exists but cannot be read is (StateFileError). What the probe remembers of the
-    page as a whole goes into `facts`, when given (nothing when there is no usable state)."""
+def load(path: str, boot_id: str) -> tuple[Memory, str]:
+    """What the last run remembered (an empty Memory when nothing), and why nothing is ("" for a first
+    run). Bad content is not an error; a file that exists but cannot be read is (StateFileError)."""
     try:
         fd = _os.open(path, _os.O_RDONLY | getattr(_os, "O_NOFOLLOW", 0) | getattr(_os, "O_NONBLOCK", 0))
     except FileNotFoundError:
-        return None, ""
+        return Memory(), ""
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            return None, "state file is a symlink (not followed)"
+            return Memory(), "state file is a symlink (not followed)"
         raise StateFileError(f"state file {path} cannot be read: {exc.strerror}; {_HINT}") from None
     try:
         with open(fd, "rb") as f:
@@ -177,24 +185,27 @@ def load(path: str, boot_id: str, facts: dict[str, float] | None = None) -> tupl
             if kind == _S_IFDIR:
                 raise IsADirectoryError(errno.EISDIR, _os.strerror(errno.EISDIR))
             if kind != _S_IFREG:  # a FIFO or a device planted at the path: never read from it
-                return None, "state file is not a regular file"
+                return Memory(), "state file is not a regular file"
             data = f.read(_MAX_SIZE + 1)
     except OSError as exc:
         raise StateFileError(f"state file {path} cannot be read: {exc.strerror}; {_HINT}") from None
     if len(data) > _MAX_SIZE:
-        return None, "state file is too large to be a stallprobe state"
+        return Memory(), "state file is too large to be a stallprobe state"
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
-        return None, "state file is not text"
-    return _parse(text, boot_id, facts)
+        return Memory(), "state file is not text"
+    return _parse(text, boot_id)
 
 
-def _render(states: Mapping[str, State], boot_id: str, facts: Mapping[str, float]) -> bytes:
+def _render(memory: Memory, boot_id: str) -> bytes:
     lines = [FORMAT, f"boot_id {boot_id}"]
+    if memory.dialect:
+        lines.append(f"dialect {_quote(memory.dialect)}")
+    lines.extend(f"said {_quote(kind)} {_quote(klass)}" for kind, klass in memory.said.items())
     # repr() of a float reads back to the same float, so a round trip never moves a counter.
-    lines.extend(f"fact {_quote(key)} {value!r}" for key, value in facts.items())
-    for name, state in states.items():
+    lines.extend(f"fact {_quote(key)} {value!r}" for key, value in memory.facts.items())
+    for name, state in (memory.states or {}).items():
         lines.append(f"engine {_quote(name)}")
         last = state.last
         lines.extend(f"{key} {getattr(last, key)!r}" for key in _NUMBERS)
@@ -208,9 +219,9 @@ def _render(states: Mapping[str, State], boot_id: str, facts: Mapping[str, float
     return ("\n".join(lines) + "\n").encode("utf-8")
 
 
-def save(path: str, states: Mapping[str, State], boot_id: str, facts: Mapping[str, float] | None = None) -> None:
-    """Write each engine's state (and the page's `facts`) atomically; StateFileError when the folder is
-    read-only, full or missing."""
+def save(path: str, memory: Memory, boot_id: str) -> None:
+    """Write what is remembered (each engine's state, the page's dialect, facts and what was said)
+    atomically; StateFileError when the folder is read-only, full or missing."""
     try:
         kind = _os.lstat(path).st_mode & _S_IFMT
     except OSError:
@@ -226,7 +237,7 @@ def save(path: str, states: Mapping[str, State], boot_id: str, facts: Mapping[st
         fd = _os.open(tmp, flags, 0o600)
         try:
             with open(fd, "wb") as f:
-                f.write(_render(states, boot_id, facts or {}))
+                f.write(_render(memory, boot_id))
             # rename() replaces a symlink planted at `path` instead of writing through it.
             _os.replace(tmp, path)
         except BaseException:

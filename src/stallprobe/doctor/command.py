@@ -11,11 +11,11 @@ import time
 
 from .. import __version__
 from ..console import emit, tell
+from ..credentials import api_key, key_source
 from ..errors import ExitCode, OutputError
 from ..helppage import help_page
 from ..options import DOCTOR
 from ..report import drain_warning, secs, verdict_code
-from ..scrape import api_key, key_source
 from ..settings import LookSettings, parse
 from ..stanza import PYZ_DIR
 from .first import first_contact

@@ -11,6 +11,7 @@ from __future__ import annotations
 from ..engines import DIALECTS, choose
 from ..errors import ExitCode, MetricsError, ScrapeError, ScrapeTimeout
 from ..exposition import has_samples, is_declared
+from ..judge import Memory
 from ..observe import observe
 from ..scrape import exchange, parse_url, status_error
 from ..serving import SERVING
@@ -19,7 +20,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from ..observe import Observation
+    from ..judge import Observation
     from ..settings import LookSettings
 
 __all__ = ["First", "family_state", "first_contact", "not_an_engine"]
@@ -125,7 +126,7 @@ def first_contact(url: str, settings: LookSettings, key_from: str, clock: Callab
         return first.fail(ExitCode.SCRAPE, ("engine", f"none: {status_error(url, answer)}"))
     first.page = answer.body
     try:
-        first.seen = observe(url, settings, None, {}, clock, readiness=True, page=answer.body)
+        first.seen = observe(url, settings, Memory(), clock, readiness=True, page=answer.body)
     except MetricsError as exc:
         return first.fail(ExitCode.METRICS, ("engine", not_an_engine(answer.body, settings.engine, str(exc))))
     except ScrapeError as exc:  # a canary refused (an idle engine is asked nothing at a first look, but)

@@ -1,9 +1,9 @@
 """The doctor's looks: one about a second for --seconds, each through observe.observe with every look
 option (--include-waiting, --saturation, --canary, --server-load, the API key ...) and the health route,
-judged in memory by the detector (assess_engines), and for routing by its readiness rule. The first look
-is the first contact's.
+judged in memory by the one judge (judge.judge, as the probe's --ready judges a look). The first look is
+the first contact's.
 
-What it keeps is the detector's: each look's observation, its assessment, the history it was judged
+What it keeps is each look's judgment: the observation, the assessment, the history it was judged
 against and its readiness. Beside them, the engine's own routes that the words need asked once (its
 pause, SGLang's scheduler counts) and its server's load at each look (whether --server-load would help),
 all through api.ask. The clock and the pause between looks are parameters, as the detector takes time
@@ -13,17 +13,18 @@ as a field: tests move a clock of their own.
 from __future__ import annotations
 
 from ..api import PAUSE_QUERY_TIMEOUT, ask, server_load
-from ..detector import Verdict, assess_engines, readiness
+from ..detector import Verdict
 from ..errors import MetricsError, ScrapeError
+from ..judge import Memory, Rules, judge
 from ..observe import observe, origin
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
     from ..api import Reply
     from ..detector import EnginesAssessment, State
-    from ..observe import Observation
+    from ..judge import Judgment, Observation
     from ..settings import LookSettings
     from .first import First
 
@@ -35,26 +36,35 @@ BUSY = (*MOVING, Verdict.SUSPECT, Verdict.STALLED)
 
 
 class Look:
-    """One look: what observe saw, the detector's assessment, the history it was judged against (None:
-    none), whether the page may take requests and the step judged for routing (detector.readiness), and
-    what the server-load route said (None: not asked)."""
+    """One look: the judge's judgment of it (what observe saw, the detector's assessment, the history it was
+    judged against, whether the page may take requests and the step judged for routing), and what the
+    server-load route said (None: not asked)."""
 
-    __slots__ = ("before", "load", "ready", "result", "routing", "seen")
+    __slots__ = ("judgment", "load")
 
-    def __init__(
-        self,
-        seen: Observation,
-        result: EnginesAssessment,
-        before: dict[str, State] | None,
-        ready: bool,
-        routing: EnginesAssessment,
-    ) -> None:
-        self.seen = seen
-        self.result = result
-        self.before = before
-        self.ready = ready
-        self.routing = routing
+    def __init__(self, judgment: Judgment) -> None:
+        self.judgment = judgment
         self.load: Reply | None = None
+
+    @property
+    def seen(self) -> Observation:
+        return self.judgment.seen
+
+    @property
+    def result(self) -> EnginesAssessment:
+        return self.judgment.result
+
+    @property
+    def before(self) -> Mapping[str, State] | None:
+        return self.judgment.previous
+
+    @property
+    def ready(self) -> bool:
+        return self.judgment.ready
+
+    @property
+    def routing(self) -> EnginesAssessment:
+        return self.judgment.routing
 
 
 class Looks:
@@ -109,12 +119,8 @@ def intervals(seconds: float) -> int:
     return max(1, math.ceil(seconds))
 
 
-def _judge(looks: Looks, seen: Observation, before: dict[str, State] | None, settings: LookSettings) -> Look:
-    result = assess_engines(
-        before, seen.samples, settings.window, settings.saturation, include_waiting=settings.include_waiting
-    )
-    ready, routing = readiness(result, settings.drain_after, healthy=not seen.health)
-    one = Look(seen, result, before, ready, routing)
+def _judge(looks: Looks, seen: Observation, memory: Memory, settings: LookSettings) -> Look:
+    one = Look(judge(Rules.of(settings), memory, seen, ready=True))
     looks.all.append(one)
     return one
 
@@ -134,21 +140,21 @@ def look(
     count = intervals(seconds)
     step = seconds / count
     looks = Looks()
-    facts: dict[str, float] = {}
     base = origin(url)
     try:
-        one = _judge(looks, first.seen, None, settings)
+        one = _judge(looks, first.seen, Memory(), settings)
         _ask_load(one, base, settings)
         for i in range(1, count + 1):
             wait = first.started + i * step - clock()
             if wait > 0:
                 sleep(wait)
+            memory = one.judgment.memory
             try:
-                seen = observe(url, settings, one.result.states, facts, clock, readiness=True)
+                seen = observe(url, settings, memory, clock, readiness=True)
             except (ScrapeError, MetricsError) as exc:
                 looks.error = exc
                 break
-            one = _judge(looks, seen, one.result.states, settings)
+            one = _judge(looks, seen, memory, settings)
             _ask_load(one, base, settings)
         dialect = first.seen.dialect
         if dialect is not None and dialect.pause_route:

@@ -82,6 +82,7 @@ class InjectConfig(EngineSettings):
     container: str | None
     timeout: float
     api_key_file: str | None
+    api_key_env: str | None
     canary: bool
     canary_interval: float
     server_load: bool

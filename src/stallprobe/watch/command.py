@@ -16,12 +16,12 @@ import threading
 import time
 
 from ..console import abandon_stdout, show, tell
+from ..credentials import api_key
 from ..errors import ExitCode, UsageError
 from ..helppage import help_page
 from ..options import WATCH
 from ..readers import read_url
 from ..report import drain_warning
-from ..scrape import api_key
 from ..settings import parse
 from .hooks import HOOK_FLAGS
 from .poll import Watch, WatchConfig

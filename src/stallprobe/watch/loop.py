@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     import queue
     from collections.abc import Callable, Generator
 
-    from ..observe import Observation
+    from ..judge import Observation
     from ..scrape import Answer, Ask
 
     Address = tuple[int, int, int, tuple[object, ...]]  # family, type, proto, sockaddr
@@ -86,17 +86,13 @@ def _numeric(host: str, port: int) -> list[Address] | None:
 
 
 class Look:
-    """One endpoint's look in progress: `done` once `outcome` is its Observation or its error. `facts`
-    is the endpoint's memory the look may update (when its last canary went out)."""
+    """One endpoint's look in progress: `done` once `outcome` is its Observation or its error."""
 
-    __slots__ = ("done", "exchange", "facts", "outcome", "started", "steps", "url")
+    __slots__ = ("done", "exchange", "outcome", "started", "steps", "url")
 
-    def __init__(
-        self, url: str, steps: Generator[Ask, Outcome, Observation], facts: dict[str, float], now: float
-    ) -> None:
+    def __init__(self, url: str, steps: Generator[Ask, Outcome, Observation], now: float) -> None:
         self.url = url
         self.steps = steps
-        self.facts = facts
         self.started = now
         self.done = False
         self.outcome: Observation | StallprobeError | None = None
@@ -191,9 +187,9 @@ class Looks:
         self.wake_r.close()
         self.wake_w.close()
 
-    def start(self, url: str, steps: Generator[Ask, Outcome, Observation], facts: dict[str, float]) -> Look:
+    def start(self, url: str, steps: Generator[Ask, Outcome, Observation]) -> Look:
         """Begin a look: its first exchange starts now."""
-        look = Look(url, steps, facts, self.clock())
+        look = Look(url, steps, self.clock())
         self._advance(look, None)
         return look
 

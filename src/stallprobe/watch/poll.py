@@ -1,10 +1,10 @@
 """The polling: every endpoint scraped at once, each engine judged against its history in memory.
 
-Nothing here judges or words a verdict: the scrape is the probe's (scrape.fetch), the page is read by
-engines.py with the same flags as the probe's, the verdicts are the detector's (assess_engines) and the
-lines and notes are report.py's. This module keeps what a watch remembers between polls (each endpoint's
-history, how long each verdict has held, the hooks' memory) and builds one Row per engine per poll;
-WatchConfig is what it was asked to poll, and how.
+Nothing here judges or words a verdict: each look is observe.look's, as the probe's, the page read by
+engines.py with the same flags, and what it means is judge.judge's (the probe's one judge), its lines and
+notes report.py's. This module keeps what a watch remembers between polls (each endpoint's memory, how
+long each verdict has held, the hooks' memory) and builds one Row per engine per poll; WatchConfig is what
+it was asked to poll, and how.
 
 - Every endpoint is looked at at once, on one thread (loop.Looks performs the exchanges that observe.look
   asks for), each exchange under the probe's own deadline (--timeout), so a slow or dead endpoint
@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import time
 
-from ..detector import EnginesAssessment, Verdict, assess_engines, readiness
+from .. import judge as judging
+from ..detector import EnginesAssessment, Verdict
 from ..errors import ScrapeError, StallprobeError
-from ..observe import budget, look, silent
+from ..judge import Rules, judge, silent
+from ..observe import budget, look
 from ..options import WATCH
-from ..report import ERROR, UNREACHABLE, describe, num, precision, ready_line, secs, short_why, verdict_code
+from ..report import ERROR, UNREACHABLE, describe, num, precision, secs, short_why, verdict_code
 from ..settings import LookSettings
 from .hooks import Memory, consider
 from .loop import Looks
@@ -35,7 +37,7 @@ if TYPE_CHECKING:
 
     from ..detector import Assessment, State
     from ..engines import Dialect
-    from ..observe import Observation
+    from ..judge import Observation
     from .loop import Look
 
 __all__ = ["Row", "Watch", "WatchConfig"]
@@ -154,14 +156,13 @@ class Row:
 
 
 class _Endpoint:
-    __slots__ = ("dialect", "facts", "pending", "states", "url")
+    __slots__ = ("dialect", "memory", "pending", "url")
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self.dialect: Dialect | None = None
-        self.states: dict[str, State] | None = None  # the detector's history, in memory
+        self.dialect: Dialect | None = None  # the dialect its last page was read with
+        self.memory = judging.Memory()  # what the judge remembers of it, as the probe's state file does
         self.pending: Look | None = None
-        self.facts: dict[str, float] = {}  # when its last canary went out
 
 
 class Watch:
@@ -176,6 +177,7 @@ class Watch:
         self.held: dict[tuple[str, str], tuple[str, float]] = {}
         self.memory = Memory()
         self.runner = Runner(config.hooks, config.hook_timeout, environ)
+        self.rules = Rules.of(config)
 
     def poll(self) -> list[Row]:
         """Scrape every endpoint at once, judge each engine, run the hooks; the rows, in URL order."""
@@ -183,9 +185,8 @@ class Watch:
         health = config.routing  # the health route: asked only when a load balancer asks (/ready, the agent)
         for endpoint in self.endpoints:
             if endpoint.pending is None:
-                facts = dict(endpoint.facts)  # the look's own copy, kept only if it gets a page
-                steps = look(endpoint.url, config, endpoint.states, facts, readiness=health)
-                endpoint.pending = looks.start(endpoint.url, steps, facts)
+                steps = look(endpoint.url, config, endpoint.memory, readiness=health)
+                endpoint.pending = looks.start(endpoint.url, steps)
         looks.run(self.clock() + budget(config, readiness=health) + _GRACE)
         now, wall = self.clock(), time.time()
         rows = [row for endpoint in self.endpoints for row in self._judge(endpoint, now)]
@@ -227,42 +228,31 @@ class Watch:
                 f"scrape {endpoint.url}: no answer within {num(self.config.timeout)} s; "
                 f"still waiting after {secs(now - started)} s{hint}"
             )
-            return self._rows(endpoint, silent(endpoint.states, now, why), "")
+            return self._rows(endpoint, silent(endpoint.memory.states, now, why))
         endpoint.pending = None
         seen = scrape.outcome
         if seen is None or isinstance(seen, StallprobeError):
             return [_failure(endpoint.url, seen or ScrapeError(f"scrape {endpoint.url}: no outcome"))]
-        fresh = ""
-        if seen.dialect is not None:
-            endpoint.facts = scrape.facts
-            if endpoint.dialect is None or seen.dialect.name != endpoint.dialect.name:
-                # The first poll, or another engine answers on this URL now: no history to compare with.
-                fresh = "first poll" if endpoint.dialect is None else f"now a {seen.dialect.name} page"
-                endpoint.states = None
-                endpoint.dialect = seen.dialect
-        return self._rows(endpoint, seen, fresh)
+        return self._rows(endpoint, seen)
 
-    def _rows(self, endpoint: _Endpoint, seen: Observation, fresh: str) -> list[Row]:
-        """Judge what the look saw against the endpoint's history, as the probe judges its page (and its
+    def _rows(self, endpoint: _Endpoint, seen: Observation) -> list[Row]:
+        """Judge what the look saw against the endpoint's memory, as the probe judges its page (and its
         readiness, as the probe's --ready does): one row per engine."""
-        config = self.config
-        previous = endpoint.states
-        result = assess_engines(
-            previous, seen.samples, config.window, config.saturation, include_waiting=config.include_waiting
-        )
-        endpoint.states = result.states
-        ready, routing = readiness(result, config.drain_after, healthy=not seen.health)
-        dialect = seen.dialect or endpoint.dialect
+        memory = endpoint.memory
+        first = "first poll" if not memory.dialect else ""
+        judgment = judge(self.rules, memory, seen, ready=True, first=first)
+        endpoint.memory = judgment.memory
+        if seen.dialect is not None:
+            endpoint.dialect = seen.dialect
+        fresh = judgment.first if judgment.previous is None else ""
+        result = judgment.result
         several = len(result.engines) > 1
         rows = []
         for name, one in result.engines.items():
-            row = _engine_row(endpoint.url, dialect, name, one, previous=previous, fresh=fresh, several=several,
-                              window=config.window, seen=seen)  # fmt: skip
-            row.ready = ready
-            row.ready_message = ready_line(
-                routing, previous, fresh, config.drain_after, dialect,
-                ready=ready, health=seen.health, unanswered=seen.unanswered, note=seen.note,
-            )  # fmt: skip
+            row = _engine_row(endpoint.url, endpoint.dialect, name, one, previous=judgment.previous, fresh=fresh,
+                              several=several, window=self.config.window, seen=seen)  # fmt: skip
+            row.ready = judgment.ready
+            row.ready_message = judgment.line
             rows.append(row)
         return rows
 
