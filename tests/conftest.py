@@ -6,6 +6,8 @@ import importlib.util
 import os
 import shutil
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from pathlib import Path
@@ -37,6 +39,19 @@ def clean_env(**extra: str) -> dict[str, str]:
     env = {key: value for key, value in os.environ.items() if not key.startswith("STALLPROBE_")}
     env.update(extra)
     return env
+
+
+def run_probe(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """The probe as a kubelet exec probe runs it (`python3 -m stallprobe ARGS`), with the suite's clean
+    environment and `env` over it: its exit code, stdout and stderr."""
+    return subprocess.run(
+        [sys.executable, "-m", "stallprobe", *args],
+        capture_output=True,
+        text=True,
+        env=clean_env(**(env or {})),
+        timeout=timeout,
+        check=False,
+    )
 
 
 # Real pages written by real servers, each with where it came from in tests/fixtures/real/SOURCES.md.

@@ -26,7 +26,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from conftest import REPO
+from conftest import REPO, clean_env
 from stallprobe import pyz
 from stallprobe.cli import main
 from stallprobe.errors import EXIT_TABLE, ExitCode, exit_lines
@@ -689,3 +689,79 @@ def test_a_probe_whose_stdout_is_closed_keeps_its_verdicts_code_and_says_so_on_s
 def test_watch_whose_reader_goes_away_stops_quietly() -> None:
     code, err = _closed_early("watch", "--interval", "0.05", "http://127.0.0.1:1/metrics")
     assert (code, err) == (ExitCode.OK, "")
+
+
+# --- no side doors: --json and --report-only are options the parser reads, and a bug of ours is one line
+
+
+def test_a_flag_a_command_does_not_have_is_a_usage_error_told_plainly() -> None:
+    """doctor has no --json: asking for it is a usage error, said as a line (not a JSON object)."""
+    result = run(["doctor", "--json", "--url", "http://127.0.0.1:1/metrics"])
+    assert (result.code, result.out) == (ExitCode.USAGE, "error: unknown option '--json'\n")
+    # The probe has it: its usage error is a JSON object, even for a command line that does not parse.
+    probe = run(["--json", "--window", "0"])
+    assert probe.code == ExitCode.USAGE
+    assert json.loads(probe.out) == {
+        "verdict": "error",
+        "error": "--window must be a number > 0 (got '0')",
+        "exit_code": 2,
+    }
+
+
+@pytest.mark.parametrize("report_only", [False, True])
+def test_a_bug_of_stallprobe_is_one_line_and_exit_2_never_a_traceback_or_1(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], report_only: bool
+) -> None:
+    from stallprobe import probe
+    from stallprobe.cli import main
+
+    def broken(config: object) -> int:
+        raise ZeroDivisionError("division by zero")
+
+    monkeypatch.setattr(probe, "_judge", broken)
+    args = ["--url", "http://127.0.0.1:1/metrics", *(["--report-only"] if report_only else [])]
+    code = main(args, {})
+    out, err = capsys.readouterr()
+    message = "error: a bug of stallprobe (please report it): ZeroDivisionError: division by zero"
+    # Report-only excuses it (the probe's own failure, never the engine's); else the code of a deploy error.
+    assert (code, err) == ((ExitCode.OK if report_only else ExitCode.USAGE), "")
+    assert out == (f"{message}; report-only: exit 0, not 2\n" if report_only else f"{message}\n")
+
+
+@pytest.mark.parametrize("command", ["watch", "inject", "doctor"])
+def test_a_bug_in_any_command_is_one_line_and_exit_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    from stallprobe import cli
+
+    def tool(name: str) -> object:
+        def broken(args: object, env: object) -> int:
+            raise KeyError("surprise")
+
+        return broken
+
+    monkeypatch.setattr(cli, "_tool", tool)
+    code = cli.main([command], {})
+    out, err = capsys.readouterr()
+    line = "a bug of stallprobe (please report it): KeyError: 'surprise'"
+    assert code == ExitCode.USAGE
+    assert (out + err).strip() in (f"error: {line}", f"stallprobe inject: {line}")
+
+
+def test_the_pip_installed_entry_points_never_end_in_a_traceback(tmp_path: Path, places: dict[str, str]) -> None:
+    """python3 -m stallprobe, the console script's run(), and the stanza's `-c` program, with the judge
+    broken before the probe loads it (a bug of ours): one line and exit 2."""
+    (tmp_path / "sitecustomize.py").write_text("import stallprobe.judge as j\nj.judge = None\n")
+    env = clean_env(PYTHONPATH=f"{tmp_path}:{os.environ.get('PYTHONPATH', '')}")
+    for argv in (
+        [sys.executable, "-m", "stallprobe"],
+        [sys.executable, "-c", "from stallprobe.cli import run; run()"],
+    ):
+        result = subprocess.run(
+            [*argv, "--url", places["good"], "--state-file", str(tmp_path / "s")],
+            capture_output=True, text=True, env=env, timeout=60, check=False,
+        )  # fmt: skip
+        assert (result.returncode, result.stderr) == (ExitCode.USAGE, ""), result
+        assert result.stdout == (
+            "error: a bug of stallprobe (please report it): TypeError: 'NoneType' object is not callable\n"
+        )

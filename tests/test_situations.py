@@ -642,3 +642,26 @@ def test_sglang_page_of_a_stale_batch_is_judged_by_the_schedulers_own_counts(
     assert line.split(":")[0] == verdict, line
     assert code == (ExitCode.STALLED if verdict == "stalled" else ExitCode.OK)
     assert stub.count("/v1/loads") == 1  # asked once: when the page alone looked stuck
+
+
+def test_a_health_route_that_gives_no_answer_is_excused_like_a_silent_page(stub: StubEngine, tmp_path: Path) -> None:
+    """An API server that stalls for seconds at a time (a saturated vLLM): its page answered, its health
+    route did not within --timeout. Not a reason to drain at once: only once it has given no answer for
+    --drain-after; a refusal or an error status drains at once."""
+    state = tmp_path / "probe.state"
+    stub.set(running=4, generation_step=5)  # the engine moves: only the health route can drain it
+    stub.routes["/health"] = Route(b"", delay=3)
+    code, line = probe(stub, state, "--ready")
+    assert (code, line.split(";")[0]) == (ExitCode.OK, "ready: baseline: 4 running, 0 waiting")
+    assert f"; health {stub.base}/health: no complete answer within 1 s (for 0.0 s; drained at 30 s)" in line
+    rewind(state, 20)
+    assert probe(stub, state, "--ready")[0] == ExitCode.OK
+    rewind(state, 15)
+    code, line = probe(stub, state, "--ready")
+    assert code == ExitCode.STALLED
+    assert line.startswith(f"not ready: health {stub.base}/health: no complete answer within 1 s; no answer for 3")
+    stub.routes["/health"] = Route(b"")  # it answers again: ready at once
+    assert probe(stub, state, "--ready")[0] == ExitCode.OK
+    stub.routes["/health"] = Route(b"", status=503)  # an error status: not serving, at once
+    code, line = probe(stub, state, "--ready")
+    assert (code, line) == (ExitCode.STALLED, f"not ready: health {stub.base}/health: HTTP 503 Service Unavailable")
