@@ -238,6 +238,9 @@ def rewind(path: str | Path, seconds: float) -> None:
             value = data[key]
             if isinstance(value, float):
                 data[key] = value - seconds
+        mark = data.get("mark")
+        if isinstance(mark, dict):  # since when, busy, the engine finished nothing
+            data["mark"] = {**mark, "t": float(mark["t"]) - seconds}
         moved[name] = State.from_dict(data)
     # The page's own times (when the last canary went out, since when the health route is silent) move
     # with it; what the runs said stays.

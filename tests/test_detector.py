@@ -21,14 +21,15 @@ from stallprobe import (
     replay,
     step,
 )
-from stallprobe.detector import looks_idle, readiness
+from stallprobe.detector import THRASHED, looks_idle, readiness
 
-B, IDL, PA, P, SAT, SUS, ST = (
+B, IDL, PA, P, SAT, THR, SUS, ST = (
     Verdict.BASELINE,
     Verdict.IDLE,
     Verdict.PAUSED,
     Verdict.PROGRESSING,
     Verdict.SATURATED,
+    Verdict.THRASHING,
     Verdict.SUSPECT,
     Verdict.STALLED,
 )
@@ -460,6 +461,7 @@ def test_verdict_values_are_the_documented_strings() -> None:
         "paused",
         "progressing",
         "saturated",
+        "thrashing",
         "suspect",
         "stalled",
     ]
@@ -962,3 +964,196 @@ def test_looks_idle(previous: dict[str, Sample] | None, samples: dict[str, Sampl
     assert LOOKS_IDLE
     history = None if previous is None else {name: State(sample) for name, sample in previous.items()}
     assert looks_idle(samples, history) is idle
+
+
+# --- thrashing: tokens move, nothing finishes
+
+
+def F(
+    running: float,
+    gen: float,
+    prompt: float,
+    t: float,
+    finished: float | None,
+    waiting: float = 0.0,
+    preemptions: float | None = 0.0,
+) -> Sample:
+    """A sample of an engine whose page counts its finished and preempted requests."""
+    return Sample(running, gen, prompt, t, waiting, finished=finished, preemptions=preemptions)
+
+
+MINUTES = range(0, 13)  # a sample a minute for twelve minutes: past the 600 s thrash window
+
+# (name, thrash_fails_after, samples, expected verdicts), all with the window 120 s and the thrash window 600 s
+THRASH: list[tuple[str, float | None, list[Sample], list[Verdict]]] = [
+    (
+        # vLLM #53130: 1,946 prompt and 0.48 generation tokens a second, nothing finished, no preemption.
+        "prefill_far_ahead_of_decoding_with_nothing_finished_is_thrashing",
+        None,
+        [F(4, 29 * m, 116760 * m, 60.0 * m, 100, waiting=487) for m in MINUTES],
+        [B] + [SAT] * 9 + [THR] * 3,
+    ),
+    (
+        "one_long_generation_never_thrashes",
+        None,
+        [F(1, 300 * m, 4000, 60.0 * m, 7) for m in range(40)],
+        [B] + [P] * 39,
+    ),
+    (
+        "an_engine_that_generates_nothing_never_thrashes",  # embeddings: prompt tokens only
+        None,
+        [F(8, 0, 50000 * m, 60.0 * m, 3) for m in MINUTES],
+        [B] + [P] * 12,
+    ),
+    (
+        "a_burst_of_long_prefills_finishes_within_the_window",
+        None,
+        [F(50, 10 * m, 500000 * m, 60.0 * m, 0 if m < 9 else 50) for m in MINUTES],
+        [B] + [P] * 12,
+    ),
+    (
+        "a_saturated_engine_finishing_slowly_never_thrashes",
+        None,
+        [F(12, 300 * m, 20000 * m, 60.0 * m, m // 5, waiting=99) for m in range(30)],
+        [B] + [SAT] * 29,
+    ),
+    (
+        "preemptions_climbing_with_nothing_finished_is_thrashing",  # recompute: decoding may lead
+        None,
+        [F(4, 100 * m, 10, 60.0 * m, 5, preemptions=5 * m) for m in MINUTES],
+        [B] + [P] * 9 + [THR] * 3,
+    ),
+    (
+        "preemptions_that_do_not_climb_are_no_sign",
+        None,
+        [F(4, 100 * m, 10, 60.0 * m, 5, preemptions=5) for m in MINUTES],
+        [B] + [P] * 12,
+    ),
+    (
+        "a_page_without_a_finished_counter_is_never_thrashing",
+        None,
+        [F(4, 29 * m, 116760 * m, 60.0 * m, None, waiting=487, preemptions=None) for m in MINUTES],
+        [B] + [SAT] * 12,
+    ),
+    (
+        "thrashing_fails_only_when_the_operator_asks_and_past_that_window",
+        900,
+        [F(4, 29 * m, 116760 * m, 60.0 * m, 100, waiting=487) for m in range(17)],
+        [B] + [SAT] * 9 + [THR] * 5 + [ST] * 2,
+    ),
+    (
+        "a_finish_starts_a_new_period",
+        None,
+        [F(4, 29 * m, 116760 * m, 60.0 * m, 100 if m < 8 else 101) for m in range(20)],
+        [B] + [P] * 17 + [THR] * 2,
+    ),
+    (
+        "an_idle_moment_starts_a_new_period",
+        None,
+        [F(0 if m == 6 else 4, 29 * m, 116760 * m, 60.0 * m, 100) for m in range(18)],
+        [B] + [P] * 5 + [IDL] + [P] * 10 + [THR],
+    ),
+    (
+        "a_pause_starts_a_new_period",
+        None,
+        [
+            Sample(4, 29 * m, 116760 * m, 60.0 * m, finished=100, preemptions=0, paused="asleep" if m == 6 else "")
+            for m in range(18)
+        ],
+        [B] + [P] * 5 + [PA] + [P] * 10 + [THR],
+    ),
+    (
+        "a_frozen_moment_keeps_the_period",
+        None,
+        [F(4, 29 * m, 116760 * m, 60.0 * m, 100) for m in range(9)]
+        + [F(4, 29 * 8, 116760 * 8, 540.0, 100)]  # nothing moves for a minute
+        + [F(4, 29 * m, 116760 * m, 60.0 * m, 100) for m in range(10, 13)],
+        [B] + [P] * 8 + [SUS] + [THR] * 3,
+    ),
+    (
+        "a_finished_counter_that_appears_starts_its_period",
+        None,
+        [F(4, 29 * m, 116760 * m, 60.0 * m, None if m < 3 else 100) for m in range(15)],
+        [B] + [P] * 12 + [THR] * 2,
+    ),
+    (
+        "a_finished_count_that_goes_starts_nothing",
+        None,
+        [F(4, 29 * m, 116760 * m, 60.0 * m, 100 if m < 3 else None) for m in range(15)],
+        [B] + [P] * 14,
+    ),
+    (
+        "exactly_the_ratio_is_thrashing",
+        None,
+        [F(4, 10 * m, 100 * m, 60.0 * m, 1) for m in MINUTES],
+        [B] + [P] * 9 + [THR] * 3,
+    ),
+    (
+        "just_under_the_ratio_is_not",
+        None,
+        [F(4, 10 * m, 99 * m, 60.0 * m, 1) for m in MINUTES],
+        [B] + [P] * 12,
+    ),
+    (
+        "a_busy_engine_first_seen_idle_starts_its_period_when_busy",
+        None,
+        [F(0, 0, 0, 0, 1)] + [F(4, 29 * m, 116760 * m, 60.0 * m, 1) for m in range(1, 12)],
+        [B] + [P] * 10 + [THR],  # from the first busy sample (60 s), not the idle one (0 s)
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("fails_after", "samples", "expected"), [row[1:] for row in THRASH], ids=[row[0] for row in THRASH]
+)
+def test_thrash_scenario(fails_after: float | None, samples: list[Sample], expected: list[Verdict]) -> None:
+    assert THRASH
+    assert len(samples) == len(expected)
+    assert replay(samples, 120, thrash_window=600, thrash_fails_after=fails_after) == expected
+    # The same rows with the default thrash window (600 s) and no opt-in: never stalled by thrashing.
+    if fails_after is None:
+        assert replay(samples, 120) == expected
+
+
+def test_thrashing_says_how_long_nothing_finished_and_why_it_stalled() -> None:
+    state: State | None = None
+    for m in MINUTES:
+        result = assess(state, F(4, 29 * m, 116760 * m, 60.0 * m, 100, waiting=487), thrash_fails_after=700)
+        state = result.state
+    assert (result.verdict, result.reason, result.unfinished_for) == (ST, THRASHED, 720.0)
+    assert result.state.mark == F(0, 0, 0, 0.0, 100)  # what a mark keeps: when, and the counters
+    assert result.stalled_for == 0.0
+
+
+def test_readiness_drains_thrashing_only_when_liveness_acts_on_it() -> None:
+    samples = [F(4, 29 * m, 116760 * m, 60.0 * m, 100, waiting=487) for m in MINUTES]
+    for fails_after, ready in ((None, True), (600.0, False)):
+        states = None
+        for sample in samples:
+            result = assess_engines(states, {"0": sample}, thrash_fails_after=fails_after)
+            states = result.states
+        assert readiness(result, 30.0)[0] is ready
+
+
+def test_the_counts_of_finished_and_preempted_requests_round_trip() -> None:
+    sample = F(4, 1, 2, 3.0, 7, preemptions=9)
+    assert Sample.from_dict(sample.to_dict()) == sample
+    assert sample.to_dict()["finished"] == 7.0
+    assert "finished" not in S(1, 2, 3, 4).to_dict()
+    assert repr(sample).endswith(", finished=7.0, preemptions=9.0)")
+    assert sample.replace(running=2).finished == 7.0
+    assert sample != F(4, 1, 2, 3.0, 8, preemptions=9)
+    assert sample != F(4, 1, 2, 3.0, 7, preemptions=8)
+    state = State(sample, mark=F(4, 0, 0, 1.0, 7))
+    assert State.from_dict(state.to_dict()) == state
+    assert "mark=" in repr(state)
+    assert state != State(sample)
+    with pytest.raises(ValueError, match="mark"):
+        State.from_dict({**state.to_dict(), "mark": F(4, 0, 0, 5.0, 7).to_dict()})
+    with pytest.raises(ValueError, match="mark must be"):
+        State.from_dict({**state.to_dict(), "mark": 3})
+    for name in ("finished", "preemptions"):
+        with pytest.raises(ValueError, match=f"sample {name} must be a number"):
+            Sample.from_dict({**sample.to_dict(), name: "many"})
+        with pytest.raises(ValueError, match=f"Sample.{name} must be a finite number"):
+            Sample(1, 1, 1, 1, finished=math.nan) if name == "finished" else Sample(1, 1, 1, 1, preemptions=math.nan)

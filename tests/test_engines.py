@@ -57,6 +57,20 @@ REAL: dict[str, tuple[str, dict[str, tuple[float, float, float, float, float, di
     ),
     "llamacpp-server-11434-local.prom": ("llamacpp", {"": (0, 0, 0, 41, 142, {"llamacpp:n_decode_total": 142})}),
 }
+# Each real page's engines' finished and preempted requests (vllm:request_success_total over every
+# finished_reason, vllm:num_preemptions_total), read off the page by hand; the pages of engines whose
+# dialect counts neither read None for both.
+REAL_COUNTS: dict[str, dict[str, tuple[float, float]]] = {
+    "vllm-0.32.0-cpu-busy.prom": {"0": (1, 0)},
+    "vllm-0.32.0-cpu-paused-keep.prom": {"0": (0, 0)},
+    "vllm-0.32.0-cpu-asleep.prom": {"0": (0, 0)},
+    "vllm-0.32.0-cpu-wedged-capacity.prom": {"0": (0, 0)},
+    "vllm-0.32.0-cpu-wedged-sticky-deferred.prom": {"0": (0, 0)},
+    "vllm-0.32.0-cpu-deferred-grammar.prom": {"0": (4, 0)},
+    "vllm-v1-ahasannn-hwrouter-f7a8250.prom": {"0": (0, 0)},
+    "vllm-v1-inferstack-0.29.0-651cd61.prom": {"0": (10, 0)},
+    "vllm-v1-lmswitch-f5803ce.prom": {"0": (26, 0)},
+}
 # The real pages whose engines read as paused, and why (every other engine of every page: not paused).
 REAL_PAUSED: dict[str, dict[str, str]] = {
     "vllm-0.32.0-cpu-asleep.prom": {"0": "asleep (sleep mode)"},
@@ -81,8 +95,20 @@ def test_real_page_is_read_with_its_dialect_and_numbers(name: str, expected: obj
     assert dialect.name == dialect_name
     samples = read_engines(page, 7.0, dialect)
     paused = REAL_PAUSED.get(name, {})
+    counts = REAL_COUNTS.get(name, {})
     assert samples == {
-        engine: Sample(running, gen, prompt, 7.0, waiting, signals=signals, owed=owed, paused=paused.get(engine, ""))
+        engine: Sample(
+            running,
+            gen,
+            prompt,
+            7.0,
+            waiting,
+            signals=signals,
+            owed=owed,
+            paused=paused.get(engine, ""),
+            finished=counts[engine][0] if engine in counts else None,
+            preemptions=counts[engine][1] if engine in counts else None,
+        )
         for engine, (running, waiting, owed, prompt, gen, signals) in engines.items()
     }
 

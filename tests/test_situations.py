@@ -665,3 +665,48 @@ def test_a_health_route_that_gives_no_answer_is_excused_like_a_silent_page(stub:
     stub.routes["/health"] = Route(b"", status=503)  # an error status: not serving, at once
     code, line = probe(stub, state, "--ready")
     assert (code, line) == (ExitCode.STALLED, f"not ready: health {stub.base}/health: HTTP 503 Service Unavailable")
+
+
+# --- thrashing: tokens move, nothing finishes (vLLM #53130)
+
+
+def thrashing_page(minute: int, finished: float = 100) -> bytes:
+    """vLLM's page a minute into #53130's state: prefill at 1,946 tokens a second, decoding at 0.48, 487
+    waiting, no request finished (every finished_reason summed), no preemption."""
+    page = vllm_page(4, 29 * minute, 116760 * minute, waiting=487)
+    labels = 'engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"'
+    counts = "".join(
+        f'vllm:request_success_total{{{labels},finished_reason="{reason}"}} {finished if reason == "stop" else 0.0}\n'
+        for reason in ("stop", "length", "abort", "error", "repetition")
+    )
+    return page + counts.encode() + f"vllm:num_preemptions_total{{{labels}}} 0.0\n".encode()
+
+
+def test_an_engine_that_moves_tokens_and_finishes_nothing_is_thrashing_said_not_acted_on(
+    stub: StubEngine, tmp_path: Path
+) -> None:
+    state = tmp_path / "probe.state"
+    verdicts = []
+    for minute in range(12):
+        stub.routes["/metrics"] = Route(thrashing_page(minute))
+        code, line = probe(stub, state)
+        verdicts.append((code, line.split(":")[0]))
+        rewind(state, 60)
+    assert verdicts == [(0, "baseline")] + [(0, "saturated")] * 9 + [(0, "thrashing")] * 2
+    # 11 minutes rewound, and what the runs between took.
+    assert re.search(r"; no request finished for 11m0\ds while its tokens moved: works and completes nothing", line)
+    assert line.endswith(": page; restarted only with --fail-thrashing-after"), line
+    # Readiness keeps it: a whole pool thrashing at once would be emptied.
+    stub.routes["/metrics"] = Route(thrashing_page(12))
+    assert probe(stub, state, "--ready")[0] == ExitCode.OK
+    # The operator's opt-in: past that window, stalled (liveness fails, readiness drains).
+    for minute, flags in ((13, ()), (14, ("--ready",))):
+        stub.routes["/metrics"] = Route(thrashing_page(minute))
+        code, line = probe(stub, state, "--fail-thrashing-after", "600", *flags)
+        assert code == ExitCode.STALLED, line
+        assert "thrashing: no request finished for 1" in line
+        assert line.endswith("while its tokens moved, past --fail-thrashing-after"), line
+    # A request finishes: a new period, and it is merely saturated again.
+    stub.routes["/metrics"] = Route(thrashing_page(15, finished=101))
+    code, line = probe(stub, state, "--fail-thrashing-after", "600")
+    assert (code, line.split(":")[0]) == (ExitCode.OK, "saturated")

@@ -230,3 +230,20 @@ def test_a_device_at_the_path_is_never_replaced(tmp_path: Path) -> None:
         save_states(str(null), {"0": State(Sample(1, 2, 3, 4))}, "boot")
     assert stat.S_ISCHR(null.lstat().st_mode)
     assert [p.name for p in tmp_path.iterdir()] == ["null"]  # no temporary file left behind
+
+
+def test_round_trip_of_the_finished_and_preempted_counts_and_the_mark(tmp_path: Path) -> None:
+    path = str(tmp_path / "s.state")
+    mark = Sample(0, 29, 116760, 60.0, finished=100, preemptions=None)
+    states = {
+        "0": State(Sample(4, 58, 233520, 120.0, 487, finished=100, preemptions=0), mark=mark),
+        "1": State(Sample(4, 1, 2, 120.0, finished=None, preemptions=3)),
+    }
+    save_states(path, states, BOOT)
+    assert load_states(path, BOOT) == (states, "")
+    text = Path(path).read_text()
+    assert "mark 60.0 116760.0 29.0 100.0 none\n" in text
+    assert "finished 100.0\npreemptions 0.0\n" in text
+    broken = text.replace("mark 60.0 116760.0 29.0 100.0 none", "mark 60.0 none 29.0 100.0 none")
+    Path(path).write_text(broken)
+    assert load_states(path, BOOT)[0] is None

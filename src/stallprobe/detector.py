@@ -29,6 +29,15 @@ The rules, first match wins (each exists to avoid a false restart or a missed st
                  changed. Prefill counts: a long prompt produces no output tokens for a long time and
                  is still work. A wedged engine publishes nothing new, so any change is life.
    saturated   - the same, with waiting >= the threshold: busy, not stuck. Page, never restart.
+   thrashing   - the same, but no request has finished for the thrash window (the page counts finished
+                 requests), while its preemptions climbed or its prefill ran far ahead of its decoding
+                 (prompt tokens >= THRASH_RATIO x generation tokens, and some generated): the engine
+                 works and completes nothing (vLLM #53130: 1,946 prompt and 0.5 generation tokens a
+                 second, nothing finished for 1.5 hours). Never for one long generation (its decoding
+                 leads), an engine that generates nothing (embeddings), or a saturated engine (it
+                 finishes requests, slowly). Said, never acted on, unless the operator asks
+                 (thrash_fails_after: then stalled, past that window: a whole pool overloaded at once
+                 thrashes together, and draining every member would empty it).
 5. suspect     - busy and neither counter advanced, for less than the window.
 6. stalled     - busy and neither counter advanced for at least the window. Queue depth never excuses
                  it: worker processes deadlocked in a collective, the commonest real wedge, strike under
@@ -54,7 +63,10 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_DRAIN_AFTER",
     "DEFAULT_SATURATION",
+    "DEFAULT_THRASH_WINDOW",
     "DEFAULT_WINDOW",
+    "THRASHED",
+    "THRASH_RATIO",
     "Assessment",
     "EnginesAssessment",
     "Sample",
@@ -74,6 +86,12 @@ __all__ = [
 DEFAULT_WINDOW = 120.0
 # One queued request behind a moving engine already means demand exceeds what is running: saturated.
 DEFAULT_SATURATION = 1.0
+# Ten minutes with nothing finished, tokens moving: far past one request's prefill and decoding on any
+# deployment that serves interactively, so a healthy engine has finished something by then.
+DEFAULT_THRASH_WINDOW = 600.0
+# Prefill far ahead of decoding: ten prompt tokens for each generated one over the whole period. A long
+# generation has the ratio near 0; #53130 had ~4,000.
+THRASH_RATIO = 10.0
 # Readiness takes an engine out of routing when it has been busy with no progress for this long: a quarter
 # of the liveness window. A false "not ready" only moves new requests to the other members for a while
 # (in-flight work goes on), so it can be quick where a restart cannot; yet 30 s is far above a decode
@@ -104,7 +122,7 @@ class Verdict(metaclass=_Members):
 
     Used like an Enum (`Verdict.STALLED.value == "stalled"`, `Verdict("stalled") is Verdict.STALLED`,
     iteration), but not one: building Enum classes is the largest cost of a probe run's imports after
-    the interpreter's own. `severity` ranks them, 0 (idle) to 6 (stalled): the page speaks with its
+    the interpreter's own. `severity` ranks them, 0 (idle) to 7 (stalled): the page speaks with its
     worst engine's verdict.
     """
 
@@ -115,6 +133,7 @@ class Verdict(metaclass=_Members):
     BASELINE: ClassVar[Verdict]
     PROGRESSING: ClassVar[Verdict]
     SATURATED: ClassVar[Verdict]
+    THRASHING: ClassVar[Verdict]
     SUSPECT: ClassVar[Verdict]
     STALLED: ClassVar[Verdict]
 
@@ -148,8 +167,9 @@ for _name, _severity in (
     ("PAUSED", 1),
     ("PROGRESSING", 3),
     ("SATURATED", 4),
-    ("SUSPECT", 5),
-    ("STALLED", 6),
+    ("THRASHING", 5),
+    ("SUSPECT", 6),
+    ("STALLED", 7),
 ):
     # (Here, not in a method: mutmut cannot test code that runs only while the module is imported.)
     _member = object.__new__(Verdict)
@@ -164,9 +184,11 @@ class Sample:
 
     `signals` holds extra values whose change counts as progress (a decode-step counter, the KV-cache
     usage): a wedged engine publishes nothing new, so a change in any of them means its loop is alive.
+    `finished` and `preemptions` are the engine's counters of requests it completed and preempted (None
+    where its page has none): what tells an engine that works and completes nothing (thrashing).
     """
 
-    __slots__ = (*_FIELDS, "answered", "owed", "paused", "pending", "signals")
+    __slots__ = (*_FIELDS, "answered", "finished", "owed", "paused", "pending", "preemptions", "signals")
 
     running: float
     generation: float
@@ -178,6 +200,8 @@ class Sample:
     owed: float
     paused: str
     answered: bool
+    finished: float | None
+    preemptions: float | None
 
     def __init__(
         self,
@@ -192,6 +216,8 @@ class Sample:
         owed: float = 0.0,
         paused: str = "",
         answered: bool = True,
+        finished: float | None = None,
+        preemptions: float | None = None,
     ) -> None:
         values = (running, generation, prompt, t, waiting)
         for name, value in zip(_FIELDS, values):
@@ -218,6 +244,11 @@ class Sample:
         self.paused = paused
         # False: the page gave no answer in time; the numbers mean nothing.
         self.answered = answered
+        for name, count in (("finished", finished), ("preemptions", preemptions)):
+            if count is not None and not _finite(count):
+                raise ValueError(f"Sample.{name} must be a finite number or None (got {count!r})")
+        self.finished = None if finished is None else float(finished)
+        self.preemptions = None if preemptions is None else float(preemptions)
 
     def replace(
         self,
@@ -240,11 +271,14 @@ class Sample:
             owed=self.owed if owed is None else owed,
             paused=self.paused if paused is None else paused,
             answered=self.answered,
+            finished=self.finished,
+            preemptions=self.preemptions,
         )
 
     def _key(self) -> tuple[object, ...]:
         numbers = tuple(getattr(self, name) for name in _FIELDS)
-        return (*numbers, tuple(self.signals.items()), self.pending, self.owed, self.paused, self.answered)
+        counts = (self.finished, self.preemptions)
+        return (*numbers, tuple(self.signals.items()), self.pending, self.owed, self.paused, self.answered, *counts)
 
     def __repr__(self) -> str:
         inner = ", ".join(f"{name}={getattr(self, name)!r}" for name in _FIELDS)
@@ -253,6 +287,8 @@ class Sample:
         extra += f", owed={self.owed!r}" if self.owed else ""
         extra += f", paused={self.paused!r}" if self.paused else ""
         extra += "" if self.answered else ", answered=False"
+        extra += "" if self.finished is None else f", finished={self.finished!r}"
+        extra += "" if self.preemptions is None else f", preemptions={self.preemptions!r}"
         return f"Sample({inner}{extra})"
 
     def __eq__(self, other: object) -> bool:
@@ -264,8 +300,8 @@ class Sample:
         return hash(self._key())
 
     def to_dict(self) -> dict[str, object]:
-        """A JSON-able dict: the five numbers, and `signals` (name to value), `pending`, `owed`, `paused`
-        and `answered` when they are not their defaults."""
+        """A JSON-able dict: the five numbers, and `signals` (name to value), `pending`, `owed`, `paused`,
+        `answered`, `finished` and `preemptions` when they are not their defaults."""
         data: dict[str, object] = {name: getattr(self, name) for name in _FIELDS}
         if self.signals:
             data["signals"] = dict(self.signals)
@@ -277,6 +313,9 @@ class Sample:
             data["paused"] = self.paused
         if not self.answered:
             data["answered"] = False
+        for name in ("finished", "preemptions"):
+            if getattr(self, name) is not None:
+                data[name] = getattr(self, name)
         return data
 
     @classmethod
@@ -308,39 +347,70 @@ class Sample:
         answered = data.get("answered", True)
         if not isinstance(answered, bool):
             raise ValueError(f"sample answered must be true or false (got {answered!r})")
-        return cls(*values, signals=signals, pending=float(pending), owed=float(owed), paused=paused, answered=answered)
+        counts: list[float | None] = []
+        for name in ("finished", "preemptions"):
+            count = data.get(name)
+            if count is not None and (isinstance(count, bool) or not isinstance(count, (int, float))):
+                raise ValueError(f"sample {name} must be a number or None (got {count!r})")
+            counts.append(None if count is None else float(count))
+        return cls(
+            *values,
+            signals=signals,
+            pending=float(pending),
+            owed=float(owed),
+            paused=paused,
+            answered=answered,
+            finished=counts[0],
+            preemptions=counts[1],
+        )
 
 
 class State:
-    """What the detector remembers between samples: the last sample, when the stall clock started, and
-    since when the engine has been paused."""
+    """What the detector remembers between samples: the last sample, when the stall clock started, since
+    when the engine has been paused, and the sample since which, busy, it has finished nothing (`mark`:
+    None where the page counts no finished requests, or the engine was not busy)."""
 
-    __slots__ = ("last", "paused_since", "stall_since")
+    __slots__ = ("last", "mark", "paused_since", "stall_since")
 
-    def __init__(self, last: Sample, stall_since: float | None = None, paused_since: float | None = None) -> None:
+    def __init__(
+        self,
+        last: Sample,
+        stall_since: float | None = None,
+        paused_since: float | None = None,
+        mark: Sample | None = None,
+    ) -> None:
         self.last = last
         # None while the stall clock is not running; otherwise the time it started.
         self.stall_since = stall_since
         # None unless the last sample was paused; then the time the pause was first seen.
         self.paused_since = paused_since
+        # The counters when the finished-request counter last moved (or the engine was first seen busy).
+        self.mark = mark
 
     def __repr__(self) -> str:
         paused = "" if self.paused_since is None else f", paused_since={self.paused_since!r}"
-        return f"State(last={self.last!r}, stall_since={self.stall_since!r}{paused})"
+        mark = "" if self.mark is None else f", mark={self.mark!r}"
+        return f"State(last={self.last!r}, stall_since={self.stall_since!r}{paused}{mark})"
+
+    def _key(self) -> tuple[object, ...]:
+        return (self.last, self.stall_since, self.paused_since, self.mark)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, State):
             return NotImplemented
-        return (self.last, self.stall_since, self.paused_since) == (other.last, other.stall_since, other.paused_since)
+        return self._key() == other._key()
 
     def __hash__(self) -> int:
-        return hash((self.last, self.stall_since, self.paused_since))
+        return hash(self._key())
 
     def to_dict(self) -> dict[str, object]:
-        """A JSON-able dict: the last sample's fields, `stall_since` and `paused_since` (None when unset)."""
+        """A JSON-able dict: the last sample's fields, `stall_since` and `paused_since` (None when unset),
+        and `mark` (the mark sample's dict, when set)."""
         data = self.last.to_dict()
         data["stall_since"] = self.stall_since
         data["paused_since"] = self.paused_since
+        if self.mark is not None:
+            data["mark"] = self.mark.to_dict()
         return data
 
     @classmethod
@@ -359,21 +429,32 @@ class State:
             times.append(value)
         if (times[1] is not None) != bool(last.paused):
             raise ValueError("paused_since must be given exactly when the last sample is paused")
-        return cls(last, times[0], times[1])
+        raw = data.get("mark")
+        if raw is not None and not isinstance(raw, dict):
+            raise ValueError(f"mark must be a sample or None (got {raw!r})")
+        mark = None if raw is None else Sample.from_dict(raw)
+        if mark is not None and mark.t > last.t:
+            raise ValueError(f"mark ({mark.t!r}) is later than the last sample ({last.t!r})")
+        return cls(last, times[0], times[1], mark)
 
 
 class Assessment:
     """The full outcome of one step: the verdict, the next state, and what a person needs to read it."""
 
-    __slots__ = ("reason", "stalled_for", "state", "verdict")
+    __slots__ = ("reason", "stalled_for", "state", "unfinished_for", "verdict")
 
-    def __init__(self, verdict: Verdict, state: State, reason: str, stalled_for: float) -> None:
+    def __init__(
+        self, verdict: Verdict, state: State, reason: str, stalled_for: float, unfinished_for: float = 0.0
+    ) -> None:
         self.verdict = verdict
         self.state = state
-        # Why a baseline was taken, or why the engine is paused (empty for every other verdict).
+        # Why a baseline was taken, why the engine is paused, or THRASHED for an engine stalled by thrashing
+        # (empty for every other verdict).
         self.reason = reason
         # Seconds the stall clock has run (0 when it is not running).
         self.stalled_for = stalled_for
+        # Seconds the engine, busy and moving, has finished no request (0 when not counted).
+        self.unfinished_for = unfinished_for
 
     def __repr__(self) -> str:
         return f"Assessment({self.verdict}, {self.state!r}, reason={self.reason!r}, stalled_for={self.stalled_for!r})"
@@ -393,12 +474,16 @@ def assess(
     saturation: float = DEFAULT_SATURATION,
     *,
     include_waiting: bool | None = None,
+    thrash_window: float = DEFAULT_THRASH_WINDOW,
+    thrash_fails_after: float | None = None,
 ) -> Assessment:
     """Judge `sample` against the history in `state` (None: no history). Pure: mutates nothing.
 
     `include_waiting` says which waiting requests are work owed, so that an engine with nothing running
     and a queue that does not move is judged like a busy one: None (the default) those the sample says
     are owed (`Sample.owed`: waiting for capacity), True every waiting request, False none.
+    `thrash_window`: how long a moving engine that finishes nothing is watched before it is thrashing;
+    `thrash_fails_after`: None (the default) never acts on it, else thrashing that long is stalled.
     """
     if not window > 0:
         raise ValueError(f"window must be > 0 (got {window!r})")
@@ -410,7 +495,7 @@ def assess(
         began = sample.t if state is None else state.stall_since if state.stall_since is not None else last.t
         silent_for = sample.t - began
         verdict = Verdict.STALLED if silent_for >= window else Verdict.SUSPECT
-        return Assessment(verdict, State(last, began), "", silent_for)
+        return Assessment(verdict, State(last, began, mark=None if state is None else state.mark), "", silent_for)
     if state is None or not state.last.answered:
         why = "no history" if state is None else "no earlier answer"
         return _paused(sample, None) if sample.paused else Assessment(Verdict.BASELINE, State(sample), why, 0.0)
@@ -423,9 +508,12 @@ def assess(
         return _paused(sample, state.paused_since)  # set only while the last sample was paused
     if not _busy(sample, include_waiting):
         return Assessment(Verdict.IDLE, State(sample), "", 0.0)
-    if sample.generation > prev.generation or sample.prompt > prev.prompt or sample.signals != prev.signals:
-        verdict = Verdict.SATURATED if sample.waiting >= saturation else Verdict.PROGRESSING
-        return Assessment(verdict, State(sample), "", 0.0)
+    finished = sample.finished != prev.finished  # a request completed (or the count appeared, or went)
+    if sample.generation > prev.generation or sample.prompt > prev.prompt or sample.signals != prev.signals or finished:
+        return _moving(
+            state, sample, saturation, include_waiting=include_waiting,
+            thrash_window=thrash_window, thrash_fails_after=thrash_fails_after,
+        )  # fmt: skip
     # Busy and frozen. Keep a running clock; else start it when the engine was last seen busy (and not
     # paused: a pause owes nothing, so the clock starts afresh at the first sample after it).
     since = state.stall_since
@@ -433,7 +521,58 @@ def assess(
         since = prev.t if _busy(prev, include_waiting) and not prev.paused else sample.t
     stalled_for = sample.t - since
     verdict = Verdict.STALLED if stalled_for >= window else Verdict.SUSPECT
-    return Assessment(verdict, State(sample, since), "", stalled_for)
+    return Assessment(verdict, State(sample, since, mark=state.mark), "", stalled_for)
+
+
+# The reason of an engine stalled by thrashing (thrash_fails_after): tokens moved, nothing finished.
+THRASHED = "thrashing"
+
+
+def _moving(
+    state: State,
+    sample: Sample,
+    saturation: float,
+    *,
+    include_waiting: bool | None,
+    thrash_window: float,
+    thrash_fails_after: float | None,
+) -> Assessment:
+    """A busy engine whose counters moved: progressing or saturated, unless it has finished nothing for
+    the thrash window with the signs of thrashing (and then stalled, past thrash_fails_after)."""
+    prev = state.last
+    mark = None
+    if sample.finished is not None and sample.finished == prev.finished:
+        # Nothing finished since the last sample: the period runs on from its mark, or from the last
+        # sample when it was busy (and not paused), else from this one.
+        mark = state.mark
+        if mark is None:
+            mark = _mark(prev if _busy(prev, include_waiting) and not prev.paused else sample)
+    elif sample.finished is not None:
+        mark = _mark(sample)  # a request finished (or the count just appeared): a new period starts here
+    unfinished = 0.0 if mark is None else sample.t - mark.t
+    verdict = Verdict.SATURATED if sample.waiting >= saturation else Verdict.PROGRESSING
+    reason = ""
+    if mark is not None and unfinished >= thrash_window and _thrashing(mark, sample):
+        verdict = Verdict.THRASHING
+        if thrash_fails_after is not None and unfinished >= thrash_fails_after:
+            verdict, reason = Verdict.STALLED, THRASHED
+    return Assessment(verdict, State(sample, mark=mark), reason, 0.0, unfinished)
+
+
+def _mark(sample: Sample) -> Sample:
+    """What a mark keeps of a sample: when, and the counters the signs of thrashing compare."""
+    return Sample(
+        0, sample.generation, sample.prompt, sample.t, finished=sample.finished, preemptions=sample.preemptions
+    )
+
+
+def _thrashing(mark: Sample, sample: Sample) -> bool:
+    """The signs of an engine that works and completes nothing, since `mark`: its preemptions climbed, or
+    it generated some tokens and prefilled THRASH_RATIO times as many."""
+    if sample.preemptions is not None and mark.preemptions is not None and sample.preemptions > mark.preemptions:
+        return True
+    generated = sample.generation - mark.generation
+    return generated > 0 and sample.prompt - mark.prompt >= THRASH_RATIO * generated
 
 
 def _paused(sample: Sample, since: float | None) -> Assessment:
@@ -448,9 +587,14 @@ def step(
     saturation: float = DEFAULT_SATURATION,
     *,
     include_waiting: bool | None = None,
+    thrash_window: float = DEFAULT_THRASH_WINDOW,
+    thrash_fails_after: float | None = None,
 ) -> tuple[Verdict, State]:
     """One detector step: the verdict for `sample` and the state to pass to the next step."""
-    result = assess(state, sample, window, saturation, include_waiting=include_waiting)
+    result = assess(
+        state, sample, window, saturation, include_waiting=include_waiting,
+        thrash_window=thrash_window, thrash_fails_after=thrash_fails_after,
+    )  # fmt: skip
     return result.verdict, result.state
 
 
@@ -460,12 +604,17 @@ def replay(
     saturation: float = DEFAULT_SATURATION,
     *,
     include_waiting: bool | None = None,
+    thrash_window: float = DEFAULT_THRASH_WINDOW,
+    thrash_fails_after: float | None = None,
 ) -> list[Verdict]:
     """Fold `step` over `samples` from no history; the verdict of each sample, in order."""
     state: State | None = None
     verdicts = []
     for sample in samples:
-        verdict, state = step(state, sample, window, saturation, include_waiting=include_waiting)
+        verdict, state = step(
+            state, sample, window, saturation, include_waiting=include_waiting,
+            thrash_window=thrash_window, thrash_fails_after=thrash_fails_after,
+        )  # fmt: skip
         verdicts.append(verdict)
     return verdicts
 
@@ -501,6 +650,8 @@ def assess_engines(
     saturation: float = DEFAULT_SATURATION,
     *,
     include_waiting: bool | None = None,
+    thrash_window: float = DEFAULT_THRASH_WINDOW,
+    thrash_fails_after: float | None = None,
 ) -> EnginesAssessment:
     """Judge each engine of `samples` against its own history in `states`; the page is its worst engine.
 
@@ -509,12 +660,13 @@ def assess_engines(
     if not samples:
         raise ValueError("samples must name at least one engine")
     history = states or {}
-    return EnginesAssessment(
-        {
-            name: assess(history.get(name), samples[name], window, saturation, include_waiting=include_waiting)
-            for name in sorted(samples)
-        }
-    )
+    judged = {}
+    for name in sorted(samples):
+        judged[name] = assess(
+            history.get(name), samples[name], window, saturation, include_waiting=include_waiting,
+            thrash_window=thrash_window, thrash_fails_after=thrash_fails_after,
+        )  # fmt: skip
+    return EnginesAssessment(judged)
 
 
 def readiness(result: EnginesAssessment, drain_after: float, *, healthy: bool = True) -> tuple[bool, EnginesAssessment]:

@@ -117,6 +117,7 @@ class Dialect:
     __slots__ = (
         "digits",
         "engine_label",
+        "finished",
         "generation",
         "health_route",
         "hints",
@@ -127,6 +128,7 @@ class Dialect:
         "pause_route",
         "pause_signs",
         "port",
+        "preemptions",
         "prompt",
         "running",
         "signals",
@@ -154,6 +156,8 @@ class Dialect:
         owing: Owing = ALL_OWED,
         totals: tuple[str, str] = ("", ""),
         live_route: str = "",
+        finished: str = "",
+        preemptions: str = "",
     ) -> None:
         self.name = name
         self.running = running  # gauge: requests in the running batch; busy means > 0
@@ -181,6 +185,10 @@ class Dialect:
         # (label, value): a gauge series with `label` set to anything but `value` is a breakdown of the
         # total that the series with `value` (or without the label) carries, so it is not added.
         self.totals = totals
+        # Counters of the requests the engine completed and preempted ("" when it has none): what tells an
+        # engine that works and completes nothing (the detector's thrashing).
+        self.finished = finished
+        self.preemptions = preemptions
 
     def with_names(
         self,
@@ -213,6 +221,8 @@ class Dialect:
             owing=self.owing,
             totals=self.totals,
             live_route=self.live_route,
+            finished=self.finished,
+            preemptions=self.preemptions,
         )
 
     def required(self) -> tuple[str, str, str]:
@@ -288,6 +298,11 @@ VLLM = Dialect(
     ),
     pause_route="/is_paused",
     load_route="/load",
+    # Every finished request, by finished_reason (stop, length, abort, error, repetition: each created at
+    # 0); one preemption per PREEMPTED event (v1/metrics/loggers.py). A recompute after preemption adds
+    # nothing to prompt_tokens (counted once, at a request's first token: v1/metrics/stats.py).
+    finished="vllm:request_success_total",
+    preemptions="vllm:num_preemptions_total",
     owing=Owing(
         "vllm:num_requests_waiting_by_reason",
         label="reason",
@@ -565,6 +580,8 @@ def read_engines(page: bytes, t: float, dialect: Dialect = VLLM, extra: Sequence
             if (total == 0) if sign.when_zero else (total > 0):
                 paused[engine].append(sign.why)
     owed = reading.owed(waiting, signals)
+    finished = reading.totals(dialect.finished) if dialect.finished else {}
+    preempted = reading.totals(dialect.preemptions) if dialect.preemptions else {}
     return {
         engine: Sample(
             running[engine],
@@ -575,6 +592,8 @@ def read_engines(page: bytes, t: float, dialect: Dialect = VLLM, extra: Sequence
             signals=signals[engine],
             owed=owed[engine],
             paused="; ".join(paused[engine]),
+            finished=finished.get(engine),
+            preemptions=preempted.get(engine),
         )
         for engine in engines
     }

@@ -26,6 +26,7 @@ from __future__ import annotations
 from .detector import (
     DEFAULT_DRAIN_AFTER,
     DEFAULT_SATURATION,
+    DEFAULT_THRASH_WINDOW,
     DEFAULT_WINDOW,
     Sample,
     Verdict,
@@ -76,10 +77,19 @@ CANARY_AT = "canary_at"
 
 class Rules:
     """How a look is judged, one value for every command: the liveness window, the saturation threshold,
-    which waiting requests are owed (include_waiting), the readiness rule's drain window, and the least
-    time between two canaries to an idle engine."""
+    which waiting requests are owed (include_waiting), the thrash window and whether (past how long)
+    thrashing is acted on, the readiness rule's drain window, and the least time between two canaries to
+    an idle engine."""
 
-    __slots__ = ("canary_interval", "drain_after", "include_waiting", "saturation", "window")
+    __slots__ = (
+        "canary_interval",
+        "drain_after",
+        "fail_thrashing_after",
+        "include_waiting",
+        "saturation",
+        "thrash_window",
+        "window",
+    )
 
     def __init__(
         self,
@@ -87,24 +97,35 @@ class Rules:
         window: float = DEFAULT_WINDOW,
         saturation: float = DEFAULT_SATURATION,
         include_waiting: bool | None = None,
+        thrash_window: float = DEFAULT_THRASH_WINDOW,
+        fail_thrashing_after: float | None = None,
         drain_after: float = DEFAULT_DRAIN_AFTER,
         canary_interval: float = DEFAULT_CANARY_INTERVAL,
     ) -> None:
         self.window = window
         self.saturation = saturation
         self.include_waiting = include_waiting
+        self.thrash_window = thrash_window
+        self.fail_thrashing_after = fail_thrashing_after
         self.drain_after = drain_after
         self.canary_interval = canary_interval
 
     @classmethod
     def of(cls, settings: object) -> Rules:
-        """The rules a command's configuration gives (its window, saturation, include_waiting,
-        drain_after, canary_interval; the defaults for those it has not)."""
+        """The rules a command's configuration gives (the defaults for those it has not)."""
         rules = cls()
         for name in cls.__slots__:
             if hasattr(settings, name):
                 setattr(rules, name, getattr(settings, name))
         return rules
+
+    def assess(self, states: Mapping[str, State] | None, samples: Mapping[str, Sample]) -> EnginesAssessment:
+        """The detector's assessment of `samples` against `states`, under these rules: the one place the
+        rules are handed to it."""
+        return assess_engines(
+            states, samples, self.window, self.saturation, include_waiting=self.include_waiting,
+            thrash_window=self.thrash_window, thrash_fails_after=self.fail_thrashing_after,
+        )  # fmt: skip
 
     def __repr__(self) -> str:
         return f"Rules({', '.join(f'{name}={getattr(self, name)!r}' for name in self.__slots__)})"
@@ -231,9 +252,9 @@ class Judgment:
 def live_class(verdict: Verdict) -> str:
     """The class of a liveness verdict that the container's log is told about when it changes: an engine
     that works or has nothing to do is alive (baseline, idle, progressing and saturated come and go with
-    the traffic: a line for each would bury the ones that matter); paused, suspect and stalled are their
-    own."""
-    if verdict in (Verdict.PAUSED, Verdict.SUSPECT, Verdict.STALLED):
+    the traffic: a line for each would bury the ones that matter); paused, thrashing, suspect and stalled
+    are their own."""
+    if verdict in (Verdict.PAUSED, Verdict.THRASHING, Verdict.SUSPECT, Verdict.STALLED):
         return verdict.value
     return "alive"
 
@@ -274,7 +295,7 @@ def judge(rules: Rules, memory: Memory, seen: Observation, *, ready: bool = Fals
     states = memory.states
     if seen.dialect is not None and memory.dialect and seen.dialect.name != memory.dialect:
         states, first = None, f"now a {seen.dialect.name} page"  # another engine answers: nothing to compare
-    result = assess_engines(states, seen.samples, rules.window, rules.saturation, include_waiting=rules.include_waiting)
+    result = rules.assess(states, seen.samples)
     facts = dict(memory.facts)
     if seen.canary_at is not None:
         facts[CANARY_AT] = seen.canary_at
@@ -304,9 +325,7 @@ def judge(rules: Rules, memory: Memory, seen: Observation, *, ready: bool = Fals
 def would_be_stuck(rules: Rules, previous: Mapping[str, State] | None, samples: Mapping[str, Sample]) -> bool:
     """Whether the engine would be judged suspect or stalled (busy and frozen, whatever the window): only
     then is it asked whether its operator paused it, or for its scheduler's own counts."""
-    verdict = assess_engines(
-        previous, samples, rules.window, rules.saturation, include_waiting=rules.include_waiting
-    ).verdict
+    verdict = rules.assess(previous, samples).verdict
     return verdict is Verdict.SUSPECT or verdict is Verdict.STALLED
 
 

@@ -8,7 +8,7 @@ be most of the probe's own start-up cost, paid every few seconds in every pod.
 
 from __future__ import annotations
 
-from .detector import DEFAULT_DRAIN_AFTER, DEFAULT_SATURATION, DEFAULT_WINDOW
+from .detector import DEFAULT_DRAIN_AFTER, DEFAULT_SATURATION, DEFAULT_THRASH_WINDOW, DEFAULT_WINDOW
 from .engines import ENGINE_NAMES
 from .errors import ExitCode
 from .judge import DEFAULT_CANARY_INTERVAL
@@ -61,6 +61,7 @@ __all__ = [
     "ENGINE_LABEL",
     "ENGINE_OPTIONS",
     "FAILURE_THRESHOLD",
+    "FAIL_THRASHING_AFTER",
     "FILENAME",
     "FORCE",
     "GENERATION_METRIC",
@@ -96,6 +97,7 @@ __all__ = [
     "STATE_VOLUME",
     "STRICT",
     "TERMINATION_LOG",
+    "THRASH_WINDOW",
     "TIMEOUT",
     "TRANSITION_LOG",
     "URL",
@@ -244,6 +246,25 @@ SATURATION = Option(
     DEFAULT_SATURATION,
     "waiting >= N while progressing is saturated",
     env="STALLPROBE_SATURATION",
+)
+THRASH_WINDOW = Option(
+    "--thrash-window",
+    "SECONDS",
+    read_positive,
+    DEFAULT_THRASH_WINDOW,
+    "busy, tokens moving, no request finished this long (prefill far ahead of decoding, or preemptions"
+    " climbing) is thrashing: said, not acted on",
+    env="STALLPROBE_THRASH_WINDOW",
+)
+FAIL_THRASHING_AFTER = Option(
+    "--fail-thrashing-after",
+    "SECONDS",
+    read_positive,
+    None,
+    "thrashing this long is stalled: liveness fails and readiness drains (off by default: a whole pool"
+    " overloaded at once thrashes together, and draining every member would empty it)",
+    env="STALLPROBE_FAIL_THRASHING_AFTER",
+    shown="never",
 )
 ENGINE = Option("--engine", "NAME", read_engine, "auto", ", ".join(ENGINE_NAMES), env="STALLPROBE_ENGINE")
 INCLUDE_WAITING = Option(
@@ -540,6 +561,8 @@ OUTPUT = Option("--output", "FORMAT", read_nonempty, "yaml", "with --print-probe
 ENGINE_OPTIONS = (
     WINDOW,
     SATURATION,
+    THRASH_WINDOW,
+    FAIL_THRASHING_AFTER,
     ENGINE,
     INCLUDE_WAITING,
     PROGRESS_METRIC,

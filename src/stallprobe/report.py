@@ -7,7 +7,7 @@ prefix (the verdict), no timestamp, and stays short: the kubelet shows it in `ku
 
 from __future__ import annotations
 
-from .detector import Verdict
+from .detector import THRASHED, Verdict
 from .errors import ExitCode
 
 TYPE_CHECKING = False
@@ -55,6 +55,14 @@ WORST_LAST = (
 )
 
 SATURATED_NOTE = "busy, not stuck: do not restart"
+
+
+def thrash_words(one: Assessment) -> str:
+    """Why a moving engine is thrashing (or stalled by it): nothing finished, for how long."""
+    return f"no request finished for {duration(one.unfinished_for)} while its tokens moved"
+
+
+THRASH_NOTE = "works and completes nothing: page; restarted only with --fail-thrashing-after"
 
 
 def num(x: float) -> str:
@@ -173,7 +181,7 @@ def describe(
         line = head
     elif verdict is Verdict.PAUSED:
         line = f"{head}; {worst.reason}, paused for {duration(paused_for(worst))}: not judged until it resumes"
-    elif verdict in (Verdict.PROGRESSING, Verdict.SATURATED) and before is not None:
+    elif verdict in (Verdict.PROGRESSING, Verdict.SATURATED, Verdict.THRASHING) and before is not None:
         p = before.last
         line = (
             f"{head}; +{num(s.prompt - p.prompt)} prompt and "
@@ -181,6 +189,10 @@ def describe(
         )
         if verdict is Verdict.SATURATED:
             line += f"; {SATURATED_NOTE}"
+        elif verdict is Verdict.THRASHING:
+            line += f"; {thrash_words(worst)}: {THRASH_NOTE}"
+    elif worst.reason == THRASHED:
+        line = f"{head}; thrashing: {thrash_words(worst)}, past --fail-thrashing-after"
     else:
         line = f"{head}; {frozen(worst, '')} (window {num(window)} s)" + (f"; {precision}" if precision else "")
         line += f"; {owed_words(s)}" if owed_words(s) else ""
@@ -244,6 +256,8 @@ def short_why(
         return first or baseline_why(one, before, previous)
     if one.verdict is Verdict.SATURATED:
         return SATURATED_NOTE
+    if one.verdict is Verdict.THRASHING or one.reason == THRASHED:
+        return thrash_words(one)
     if one.verdict in (Verdict.SUSPECT, Verdict.STALLED):
         why = owed_words(one.state.last)
         return f"{frozen(one, precision)}; {why}" if why else frozen(one, precision)
@@ -272,6 +286,7 @@ def json_fields(
         "prompt_tokens": total("prompt"),
         "generation_tokens": total("generation"),
         "stalled_for": worst.stalled_for,
+        "unfinished_for": worst.unfinished_for,
         "paused": worst.reason if result.verdict is Verdict.PAUSED else None,
         "paused_for": paused_for(worst),
         "window": window,
@@ -286,6 +301,8 @@ def json_fields(
                 "prompt_tokens": one.state.last.prompt,
                 "generation_tokens": one.state.last.generation,
                 "stalled_for": one.stalled_for,
+                "finished_requests": one.state.last.finished,
+                "unfinished_for": one.unfinished_for,
             }
             for name, one in result.engines.items()
         ],

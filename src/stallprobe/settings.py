@@ -53,6 +53,8 @@ class EngineSettings(Settings):
 
     window: float
     saturation: float
+    thrash_window: float
+    fail_thrashing_after: float | None
     engine: str
     include_waiting: bool | None
     progress_metric: tuple[str, ...]

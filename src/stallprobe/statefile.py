@@ -1,22 +1,23 @@
 """The state file: the detector's memory between two probe runs.
 
 Format: UTF-8 text, one `key value` per line, the first line `stallprobe-state 4` (a file of version 3,
-which has no `dialect` and no `said` lines, reads as well), then `boot_id`, then what the probe remembers
-of the page as a whole (the judge's Memory): `dialect NAME` (the engine whose page it read), `said KIND
-CLASS` (what each kind of run, liveness and readiness, last said on the container's log), `fact NAME
-VALUE` (when the last canary went out, since when the health route gives no answer), then for each engine
-an `engine NAME` line followed by its fields (`running 4.0`, ..., `owed 0.0` (a file without it, written
-before it existed, reads as 0), `stall_since none`, `paused_since none`, `answered 1`, `paused WHY` when
-paused) and its signals (`signal NAME VALUE`). A file may name no engine (a run that could not read the
-page still remembers what it said). Names, classes and the pause's why are percent-encoded outside
-[A-Za-z0-9_.:-]. Not JSON
-because the json module pulls in `re` and costs a quarter of the interpreter's own start on every probe
-run; the state is a handful of numbers, and this format is just as easy to read by eye (`cat` it).
+which has no `dialect` and no `said` lines, reads as well), then `boot_id`, then what the probe remembers of
+the page as a whole (the judge's Memory): `dialect NAME` (the engine whose page it read), `said KIND CLASS`
+(what each kind of run, liveness and readiness, last said on the container's log), `fact NAME VALUE` (when
+the last canary went out, since when the health route gives no answer), then for each engine an `engine
+NAME` line followed by its fields (`running 4.0`, ..., `owed 0.0` (a file without it, written before it
+existed, reads as 0), `stall_since none`, `paused_since none`, `answered 1`, `paused WHY` when paused,
+`finished N` and `preemptions N` when the page counts them, `mark T PROMPT GENERATION FINISHED PREEMPTIONS`
+since when, busy, the engine finished nothing) and its signals (`signal NAME VALUE`). A file may name no
+engine (a run that could not read the page still remembers what it said). Names, classes and the pause's why
+are percent-encoded outside [A-Za-z0-9_.:-]. Not JSON because the json module pulls in `re` and costs a
+quarter of the interpreter's own start on every probe run; the state is a handful of numbers, and this
+format is just as easy to read by eye (`cat` it).
 
-Safety: the file lives in a shared temp folder, so it is read without following a symlink, capped in
-size, and replaced atomically (a private temporary file in the same folder, then os.replace): a reader
-never sees half a file, and 16 probes started at once leave one valid file. Content that does not parse
-is not an error: it restarts the baseline and is overwritten. Only an I/O failure is (StateFileError).
+Safety: the file lives in a shared temp folder, so it is read without following a symlink, capped in size,
+and replaced atomically (a private temporary file in the same folder, then os.replace): a reader never sees
+half a file, and 16 probes started at once leave one valid file. Content that does not parse is not an
+error: it restarts the baseline and is overwritten. Only an I/O failure is (StateFileError).
 """
 
 from __future__ import annotations
@@ -49,6 +50,11 @@ _NAME_SAFE = _SAFE | frozenset("_:")
 # Numbers of an engine's last sample, then the times of its state (`none` when unset).
 _NUMBERS = ("running", "generation", "prompt", "t", "waiting", "pending", "owed")
 _TIMES = ("stall_since", "paused_since")
+# Counts a page may not have (`none`): the engine's finished and preempted requests.
+_COUNTS = ("finished", "preemptions")
+# The mark (since when, busy, the engine finished nothing): one line, `mark T PROMPT GENERATION FINISHED
+# PREEMPTIONS`.
+_MARK = ("t", "prompt", "generation", "finished", "preemptions")
 _HINT = "mount an emptyDir at /tmp or point --state-file elsewhere"
 # The file type bits of st_mode (stat.S_IFMT and friends, without the stat module).
 _S_IFMT, _S_IFDIR, _S_IFREG = 0o170000, 0o040000, 0o100000
@@ -151,8 +157,13 @@ def _parse(text: str, boot_id: str) -> tuple[Memory, str]:
                 signals[name][_unquote(signal)] = float(number)
             elif key in _NUMBERS:
                 engines[name][key] = float(value)
-            elif key in _TIMES:
+            elif key in _TIMES or key in _COUNTS:
                 engines[name][key] = None if value == "none" else float(value)
+            elif key == "mark":
+                numbers = [None if word == "none" else float(word) for word in value.split(" ")]
+                if len(numbers) != len(_MARK) or None in numbers[:3]:
+                    raise ValueError(value)
+                engines[name][key] = {"running": 0.0, "waiting": 0.0, **dict(zip(_MARK, numbers))}
             elif key == "answered" and value in ("0", "1"):
                 engines[name][key] = value == "1"
             elif key == "paused":
@@ -212,6 +223,13 @@ def _render(memory: Memory, boot_id: str) -> bytes:
         for key in _TIMES:
             value = getattr(state, key)
             lines.append(f"{key} {'none' if value is None else repr(value)}")
+        for key in _COUNTS:
+            count = getattr(last, key)
+            if count is not None:
+                lines.append(f"{key} {count!r}")
+        if state.mark is not None:
+            words = ("none" if getattr(state.mark, key) is None else repr(getattr(state.mark, key)) for key in _MARK)
+            lines.append("mark " + " ".join(words))
         lines.append(f"answered {int(last.answered)}")
         if last.paused:
             lines.append(f"paused {_quote(last.paused)}")
