@@ -813,7 +813,7 @@ def test_nothing_listening(tmp_path: Path) -> None:
     assert run.code == ExitCode.SCRAPE, run.out
     assert run["engine"] == (
         f"none: nothing listens on 127.0.0.1:{port} (connection refused). Is the engine up, and is that its "
-        "port? (by default: vllm 8000, sglang 30000, llamacpp 8080)"
+        "port? (by default: vllm 8000, sglang 30000, llamacpp 8080, lmdeploy 23333, trtllm 8000)"
     )
     assert "probes" not in run.topics
     # No server, no health route to fall back on: every run of the probe would fail.

@@ -14,7 +14,9 @@ from stallprobe.engines import (
     DIALECTS,
     ENGINE_NAMES,
     LLAMACPP,
+    LMDEPLOY,
     SGLANG,
+    TRTLLM,
     VLLM,
     Dialect,
     Owing,
@@ -28,7 +30,10 @@ from stallprobe.engines import (
 
 RUN, WAIT, PROMPT, GEN = VLLM.running, VLLM.waiting, VLLM.prompt, VLLM.generation
 KV = "vllm:kv_cache_usage_perc"
-NO_ENGINE = "no known engine's metrics on the page (looked for vllm, sglang, llamacpp): pass --engine and names"
+NO_ENGINE = (
+    "no known engine's metrics on the page (looked for vllm, sglang, llamacpp, lmdeploy, trtllm): pass --engine "
+    "and names"
+)
 
 
 # Every real page: the dialect it must be read as and each engine's (running, waiting, owed, prompt,
@@ -113,12 +118,17 @@ def test_real_page_is_read_with_its_dialect_and_numbers(name: str, expected: obj
     }
 
 
+# The prefix each engine puts on its families: its name and a colon, but TensorRT-LLM's `trtllm_`.
+PREFIXES = {"vllm": "vllm:", "sglang": "sglang:", "llamacpp": "llamacpp:", "lmdeploy": "lmdeploy:", "trtllm": "trtllm_"}
+
+
 def test_each_dialect_names_distinct_families() -> None:
-    assert [d.name for d in DIALECTS] == ["vllm", "sglang", "llamacpp"]
+    assert [d.name for d in DIALECTS] == list(PREFIXES)
     for dialect in DIALECTS:
         names = [dialect.running, dialect.waiting, dialect.prompt, dialect.generation, *dialect.signals]
+        names += [name for name in (dialect.finished, dialect.preemptions) if name]
         assert len(set(names)) == len(names)
-        assert all(name.startswith(dialect.name + ":") for name in names)
+        assert all(name.startswith(PREFIXES[dialect.name]) for name in names)
 
 
 def test_page_with_two_engines_families_is_ambiguous() -> None:
@@ -189,15 +199,18 @@ def test_a_page_without_the_named_engines_families_says_so(page: bytes, message:
         (VLLM, 8000, ("vllm",)),
         (SGLANG, 30000, ("sglang",)),
         (LLAMACPP, 8080, ("llama.cpp", "llama-cpp", "llamacpp", "llama_cpp", "llama-server")),
+        (LMDEPLOY, 23333, ("lmdeploy",)),
+        (TRTLLM, 8000, ("tensorrt-llm", "tensorrt_llm", "trtllm")),
     ],
 )
 def test_each_engine_has_its_default_port_and_the_words_that_name_it(
     dialect: Dialect, port: int, hints: tuple[str, ...]
 ) -> None:
-    # vLLM's, SGLang's and llama-server's own defaults; inject reads them from here.
+    # Each engine's own default (vLLM's, SGLang's, llama-server's, lmdeploy serve api_server's --server-port,
+    # trtllm-serve's --port); inject reads them from here.
     assert (dialect.port, dialect.hints) == (port, hints)
     assert (dialect.with_names(running="x").port, dialect.with_names(running="x").hints) == (port, hints)
-    assert ENGINE_NAMES == ("auto", "vllm", "sglang", "llamacpp")
+    assert ENGINE_NAMES == ("auto", "vllm", "sglang", "llamacpp", "lmdeploy", "trtllm")
 
 
 def test_renamed_families_are_found_through_overrides() -> None:
@@ -505,7 +518,14 @@ def test_a_pause_sign_and_a_dialect_default_to_nothing_paused() -> None:
     assert (zero.when_zero, zero.label, zero.value) == (True, "l", "v")
     plain = Dialect("x", running="r", waiting="w", prompt="p", generation="g", port=1, hints=("x",))
     assert (plain.pause_signs, plain.pause_route, plain.load_route, plain.health_route) == ((), "", "", "/health")
-    assert [d.health_route for d in DIALECTS] == ["/health"] * 3
+    assert [d.health_route for d in DIALECTS] == ["/health"] * 5
+    assert (plain.pause_key, plain.metrics_path, plain.window, plain.caveat, plain.confirm_route) == (
+        "is_paused",
+        "/metrics",
+        None,
+        "",
+        "",
+    )
     other = Dialect("x", running="r", waiting="w", prompt="p", generation="g", port=1, hints=(), health_route="/ready")
     assert other.with_names(running="y").health_route == "/ready"
 
@@ -677,7 +697,7 @@ def test_an_owing_rule_and_a_dialect_default_to_every_waiting_request_owed() -> 
 
 
 def test_only_sglang_asks_its_scheduler_for_live_counts() -> None:
-    assert [d.live_route for d in DIALECTS] == ["", "/v1/loads", ""]
+    assert [d.live_route for d in DIALECTS] == ["", "/v1/loads", "", "", ""]
     assert VLLM.with_names(running="x").owing is VLLM.owing
     assert SGLANG.with_names(running="x").totals == ("priority", "")
     assert SGLANG.with_names(running="x").live_route == "/v1/loads"

@@ -239,9 +239,13 @@ def test_origin(url: str, expected: str) -> None:
 
 
 def test_the_worst_case_of_a_look_counts_every_question() -> None:
-    assert observe_module.worst_case(3.0) == 3.0 + 1.0  # the page, and the one question of a stuck engine
-    assert observe_module.worst_case(3.0, 2) == 3.0 * 3 + 1.0
-    assert observe_module.kubelet_timeout(3.0, 1) == 9  # ceil(3 * 2 + 1) + 2
+    # The page, and the one question of a stuck engine: vLLM's /is_paused (1 s), TensorRT-LLM's one-token
+    # /health_generate (5 s), either for an engine the page will name.
+    assert observe_module.worst_case(3.0, engine="vllm") == 3.0 + 1.0
+    assert observe_module.worst_case(3.0, 2, "vllm") == 3.0 * 3 + 1.0
+    assert observe_module.kubelet_timeout(3.0, 1, "sglang") == 9  # ceil(3 * 2 + 1) + 2
+    assert observe_module.worst_case(3.0, engine="trtllm") == 3.0 + 5.0
+    assert observe_module.worst_case(3.0) == observe_module.worst_case(3.0, engine="auto") == 3.0 + 5.0
 
 
 @pytest.mark.parametrize(

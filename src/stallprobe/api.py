@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 
 
 __all__ = [
+    "CONFIRMED",
+    "CONFIRM_TIMEOUT",
     "MAX_JSON",
     "Reply",
     "ask",
@@ -46,6 +48,7 @@ __all__ = [
     "ask_live",
     "ask_paused",
     "canary",
+    "confirmed",
     "in_flight",
     "is_paused",
     "live_loads",
@@ -58,6 +61,10 @@ __all__ = [
 # paused (the core is idle) or healthy; a wedged core never answers. A second is far above the first and
 # keeps the probe's run short when the core is wedged.
 PAUSE_QUERY_TIMEOUT = 1.0
+# A one-token generation through a whole engine (TensorRT-LLM's /health_generate), asked of an engine that
+# would be stalled on its page alone: a prefill of a few tokens and one decoding step, seconds even on an
+# engine busy with long requests; longer is as good as none (its page then decides).
+CONFIRM_TIMEOUT = 5.0
 # The canary's prompt and its single token: the least work that goes through the whole engine.
 _CANARY_PROMPT = "Hi"
 MAX_JSON = 1024 * 1024  # a model list, a one-token completion or a route's answer is a few KB
@@ -190,23 +197,27 @@ def _asked(url: str, key: str, timeout: float) -> Asks[object]:
     return (yield from _ask(url, key, timeout)).data
 
 
-def paused_answer(data: object) -> bool | None:
-    """What vLLM's /is_paused said (`{"is_paused": true}`): True or False, None when the answer is not
-    vLLM's."""
-    value = data.get("is_paused") if isinstance(data, dict) else None
+def paused_answer(data: object, name: str = "is_paused") -> bool | None:
+    """What a pause route said (vLLM's /is_paused `{"is_paused": true}`, LMDeploy's /is_sleeping
+    `{"is_sleeping": true}`: `name` is the key): True or False, None when the answer is not the engine's."""
+    value = data.get(name) if isinstance(data, dict) else None
     return value if isinstance(value, bool) else None
 
 
-def is_paused(base: str, route: str, key: str, timeout: float = PAUSE_QUERY_TIMEOUT) -> Asks[bool]:
-    """Whether the engine says its operator paused it (vLLM: `{"is_paused": true}`). False for any other
+def is_paused(
+    base: str, route: str, key: str, timeout: float = PAUSE_QUERY_TIMEOUT, *, name: str = "is_paused"
+) -> Asks[bool]:
+    """Whether the engine says its operator paused it (its answer's `name` is true). False for any other
     answer, for none within the deadline, and for a route the engine does not serve."""
-    return paused_answer((yield from _asked(base + route, key, timeout))) is True
+    return paused_answer((yield from _asked(base + route, key, timeout)), name) is True
 
 
-def ask_paused(samples: Mapping[str, Sample], base: str, route: str, key: str) -> Asks[dict[str, Sample] | None]:
+def ask_paused(
+    samples: Mapping[str, Sample], base: str, route: str, key: str, *, name: str = "is_paused"
+) -> Asks[dict[str, Sample] | None]:
     """For an engine that would otherwise be judged suspect or stalled (and only then: a healthy run
     asks nothing): its samples marked paused when the engine says its operator paused it, else None."""
-    if not (yield from is_paused(base, route, key)):
+    if not (yield from is_paused(base, route, key, name=name)):
         return None
     why = f"paused by its operator ({route})"
     return {name: sample.replace(paused=sample.paused or why) for name, sample in samples.items()}
@@ -266,6 +277,30 @@ def ask_live(samples: Mapping[str, Sample], base: str, route: str, key: str) -> 
         name: sample.replace(running=live[name][0], waiting=live[name][1], owed=live[name][2])
         for name, sample in samples.items()
     }
+
+
+def confirmed(
+    samples: Mapping[str, Sample], base: str, route: str, key: str, timeout: float
+) -> Asks[dict[str, Sample]]:
+    """For an engine that would be stalled on its page alone (and only then): ask `route`, a request
+    through the whole engine (TensorRT-LLM's /health_generate: a one-token generation). Its 2xx answer is
+    life its page could not show (a long request that finishes nothing yet): a signal that changes at each
+    such answer (CONFIRMED, the time it answered) marks the samples as moving. Any other answer, or none,
+    changes nothing: the page's verdict stands."""
+    outcome = yield Ask(base + route, timeout, key=key, max_bytes=MAX_JSON, what="ask")
+    try:
+        answer = outcome.result()
+    except ScrapeError:
+        return dict(samples)
+    if not 200 <= answer.code < 300:
+        return dict(samples)
+    return {
+        name: sample.replace(signals={**sample.signals, CONFIRMED: outcome.ended}) for name, sample in samples.items()
+    }
+
+
+# The signal a confirmed look carries: when the engine answered a request through its whole engine.
+CONFIRMED = "stallprobe:confirmed_at"
 
 
 def in_flight(base: str, route: str, key: str, timeout: float) -> Asks[float]:

@@ -258,15 +258,16 @@ class Sample:
         owed: float | None = None,
         pending: float | None = None,
         paused: str | None = None,
+        signals: Mapping[str, float] | None = None,
     ) -> Sample:
-        """A copy with the gauges, the requests pending outside them, or paused, as given."""
+        """A copy with the gauges, the requests pending outside them, paused, or the signals, as given."""
         return Sample(
             self.running if running is None else running,
             self.generation,
             self.prompt,
             self.t,
             self.waiting if waiting is None else waiting,
-            signals=self.signals,
+            signals=self.signals if signals is None else signals,
             pending=self.pending if pending is None else pending,
             owed=self.owed if owed is None else owed,
             paused=self.paused if paused is None else paused,

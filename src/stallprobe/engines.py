@@ -21,7 +21,9 @@ __all__ = [
     "DIALECTS",
     "ENGINE_NAMES",
     "LLAMACPP",
+    "LMDEPLOY",
     "SGLANG",
+    "TRTLLM",
     "VLLM",
     "Dialect",
     "Owing",
@@ -29,6 +31,7 @@ __all__ = [
     "about",
     "choose",
     "detect",
+    "dialect_named",
     "health_route",
     "precision_note",
     "read_engines",
@@ -115,6 +118,8 @@ class Dialect:
     """The names under which one engine publishes what the detector reads."""
 
     __slots__ = (
+        "caveat",
+        "confirm_route",
         "digits",
         "engine_label",
         "finished",
@@ -123,8 +128,10 @@ class Dialect:
         "hints",
         "live_route",
         "load_route",
+        "metrics_path",
         "name",
         "owing",
+        "pause_key",
         "pause_route",
         "pause_signs",
         "port",
@@ -134,6 +141,7 @@ class Dialect:
         "signals",
         "totals",
         "waiting",
+        "window",
     )
 
     def __init__(
@@ -158,6 +166,11 @@ class Dialect:
         live_route: str = "",
         finished: str = "",
         preemptions: str = "",
+        pause_key: str = "is_paused",
+        metrics_path: str = "/metrics",
+        window: float | None = None,
+        caveat: str = "",
+        confirm_route: str = "",
     ) -> None:
         self.name = name
         self.running = running  # gauge: requests in the running batch; busy means > 0
@@ -189,6 +202,19 @@ class Dialect:
         # engine that works and completes nothing (the detector's thrashing).
         self.finished = finished
         self.preemptions = preemptions
+        # The key of the pause route's JSON answer that says the engine is paused (`{"is_paused": true}`).
+        self.pause_key = pause_key
+        # Where its server serves the Prometheus page (the probe's --url path, as inject writes it).
+        self.metrics_path = metrics_path
+        # The liveness window when --window is not given (None: the probe's default): longer where the
+        # page can show no progress during a long request.
+        self.window = window
+        # What its page cannot show, said beside a frozen verdict ("" when nothing).
+        self.caveat = caveat
+        # A route whose 2xx answer is a request gone through the whole engine (a one-token generation),
+        # asked only of an engine that would be stalled: the page alone cannot tell a long request from a
+        # wedge ("" when it has none).
+        self.confirm_route = confirm_route
 
     def with_names(
         self,
@@ -223,6 +249,11 @@ class Dialect:
             live_route=self.live_route,
             finished=self.finished,
             preemptions=self.preemptions,
+            pause_key=self.pause_key,
+            metrics_path=self.metrics_path,
+            window=self.window,
+            caveat=self.caveat,
+            confirm_route=self.confirm_route,
         )
 
     def required(self) -> tuple[str, str, str]:
@@ -378,7 +409,64 @@ LLAMACPP = Dialect(
     hints=("llama.cpp", "llama-cpp", "llamacpp", "llama_cpp", "llama-server"),
 )
 
-DIALECTS = (VLLM, SGLANG, LLAMACPP)
+# LMDeploy's api_server (lmdeploy/metrics/loggers.py; metrics on by default since late 2025, off with
+# --disable-metrics): vLLM-like names under lmdeploy:, labelled model_name and engine (the data-parallel
+# rank). The token counters move on every streamed output (the api_server always streams from its engine:
+# lmdeploy/serve/core/async_engine.py); the prompt counter once per request, at its first token, so a long
+# prefill moves nothing but the KV-cache usage. The running, waiting and KV-cache gauges are refreshed by a
+# 10-second tick (api_server.py's log_interval): they lag by up to 10 s, far under the window, so a
+# stale "running" of a request that just finished reads as frozen for at most one tick. Every waiting
+# request is owed (the gauge is the scheduler's waiting sequences). Sleep mode: /is_sleeping answers
+# {"is_sleeping": true} (lmdeploy/serve/openai/endpoints/management.py), and /health answers 200 asleep;
+# awake, /health answers 503 once the scheduler has not ticked for 90 s with requests dispatched
+# (lmdeploy/serve/core/health.py): a frozen scheduler, not one that ticks and produces nothing, and with no
+# drain before the restart. request_success_total moves only for requests that finish (its FINISH child).
+LMDEPLOY = Dialect(
+    "lmdeploy",
+    running="lmdeploy:num_requests_running",
+    waiting="lmdeploy:num_requests_waiting",
+    prompt="lmdeploy:prompt_tokens_total",
+    generation="lmdeploy:generation_tokens_total",
+    signals=("lmdeploy:gpu_cache_usage_perc",),
+    engine_label="engine",
+    port=23333,
+    hints=("lmdeploy",),
+    pause_route="/is_sleeping",
+    pause_key="is_sleeping",
+    finished="lmdeploy:request_success_total",
+)
+
+# TensorRT-LLM's trtllm-serve (tensorrt_llm/metrics/collector.py, tensorrt_llm/serve/openai_server.py):
+# Prometheus text only at /prometheus/metrics, only with return_perf_metrics: true in its config (its
+# /metrics is a JSON list of iteration stats that each read empties: never the probe's). Its token and
+# success counters move only when a request finishes; the running and waiting gauges (and the one counter
+# that moves while decoding, trtllm_kv_cache_gen_alloc_blocks_total: about one block per 32 tokens per
+# request, tokens_per_block's default) come only with enable_iter_perf_stats: true, from a collector that
+# wakes when a request finishes and sleeps after half a second without statistics: during one long
+# generation every series may hold still, the running gauge included (it keeps its last value). So the
+# window is long (the longest request must fit in it), and an engine that would be stalled is asked
+# /health_generate, a one-token generation through the whole engine: answered, it is alive. Without the
+# iteration statistics there is no running gauge, and the page cannot be judged (the health route decides).
+TRTLLM = Dialect(
+    "trtllm",
+    running="trtllm_num_requests_running",
+    waiting="trtllm_num_requests_waiting",
+    prompt="trtllm_prompt_tokens_total",
+    generation="trtllm_generation_tokens_total",
+    signals=("trtllm_kv_cache_gen_alloc_blocks_total",),
+    port=8000,
+    hints=("tensorrt-llm", "tensorrt_llm", "trtllm"),
+    finished="trtllm_request_success_total",
+    metrics_path="/prometheus/metrics",
+    window=1800.0,
+    caveat=(
+        "trtllm counts tokens only when a request finishes, and its KV blocks (one per ~32 tokens a request) "
+        "only while its statistics collector is awake: the window must outlast its longest request"
+    ),
+    confirm_route="/health_generate",
+)
+
+DIALECTS = (VLLM, SGLANG, LLAMACPP, LMDEPLOY, TRTLLM)
 # What --engine takes: a dialect's name, or "auto" for the one whose metrics are on the page.
 ENGINE_NAMES = ("auto", *(dialect.name for dialect in DIALECTS))
 _INF = float("inf")
@@ -426,13 +514,16 @@ def detect(page: bytes, candidates: Sequence[Dialect] = DIALECTS) -> Dialect:
     raise MetricsError(f"no known engine's metrics on the page (looked for {known}): pass --engine and names")
 
 
+def dialect_named(name: str | None) -> Dialect | None:
+    """The dialect called `name` (None for "auto", "" or a name no dialect has)."""
+    return next((dialect for dialect in DIALECTS if dialect.name == name), None)
+
+
 def health_route(engine: str | None) -> str:
     """The health route of the engine named by --engine (every engine's server has /health; "auto" or an
     unknown name: /health), for what is asked before any page says which engine serves."""
-    for dialect in DIALECTS:
-        if dialect.name == engine:
-            return dialect.health_route
-    return "/health"
+    dialect = dialect_named(engine)
+    return "/health" if dialect is None else dialect.health_route
 
 
 def choose(page: bytes, engine: str = "auto", names: Mapping[str, str] | None = None) -> Dialect:
@@ -616,11 +707,14 @@ def about(page: bytes, dialect: Dialect) -> str:
 
 
 def precision_note(dialect: Dialect, sample: Sample) -> str:
-    """Why a frozen reading may be the printer's rounding, not the engine: "" when it cannot be.
+    """Why a frozen reading may be the printer's rounding or what the page cannot show, not the engine:
+    the dialect's caveat, or "" when there is none and rounding cannot hide an advance.
 
     The heartbeat is the sample's signals when it has any (they move every step), else its counters.
     Only when every heartbeat value is too large to print exactly can rounding hide an advance.
     """
+    if dialect.caveat:
+        return dialect.caveat
     if dialect.digits is None:
         return ""
     import math  # only on this rare path

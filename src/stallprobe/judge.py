@@ -33,6 +33,7 @@ from .detector import (
     assess_engines,
     readiness,
 )
+from .engines import dialect_named
 from .errors import ExitCode
 from .report import look_line, num, ready_line, secs, verdict_code
 
@@ -60,6 +61,7 @@ __all__ = [
     "said",
     "serving",
     "silent",
+    "would_be_stalled",
     "would_be_stuck",
 ]
 
@@ -89,6 +91,7 @@ class Rules:
         "saturation",
         "thrash_window",
         "window",
+        "window_given",
     )
 
     def __init__(
@@ -101,8 +104,12 @@ class Rules:
         fail_thrashing_after: float | None = None,
         drain_after: float = DEFAULT_DRAIN_AFTER,
         canary_interval: float = DEFAULT_CANARY_INTERVAL,
+        window_given: bool = True,
     ) -> None:
         self.window = window
+        # Whether the window is the operator's (given), or the probe's default, which an engine whose page
+        # cannot show a long request's progress replaces with its own (Dialect.window).
+        self.window_given = window_given
         self.saturation = saturation
         self.include_waiting = include_waiting
         self.thrash_window = thrash_window
@@ -117,6 +124,17 @@ class Rules:
         for name in cls.__slots__:
             if hasattr(settings, name):
                 setattr(rules, name, getattr(settings, name))
+        rules.window_given = "window" in getattr(settings, "given", ())
+        return rules
+
+    def of_engine(self, dialect: Dialect | None) -> Rules:
+        """These rules for an engine read with `dialect`: its own window where the operator gave none."""
+        if self.window_given or dialect is None or dialect.window is None:
+            return self
+        rules = Rules()
+        for name in self.__slots__:
+            setattr(rules, name, getattr(self, name))
+        rules.window = dialect.window
         return rules
 
     def assess(self, states: Mapping[str, State] | None, samples: Mapping[str, Sample]) -> EnginesAssessment:
@@ -295,6 +313,7 @@ def judge(rules: Rules, memory: Memory, seen: Observation, *, ready: bool = Fals
     states = memory.states
     if seen.dialect is not None and memory.dialect and seen.dialect.name != memory.dialect:
         states, first = None, f"now a {seen.dialect.name} page"  # another engine answers: nothing to compare
+    rules = rules.of_engine(seen.dialect or dialect_named(memory.dialect))
     result = rules.assess(states, seen.samples)
     facts = dict(memory.facts)
     if seen.canary_at is not None:
@@ -327,6 +346,12 @@ def would_be_stuck(rules: Rules, previous: Mapping[str, State] | None, samples: 
     then is it asked whether its operator paused it, or for its scheduler's own counts."""
     verdict = rules.assess(previous, samples).verdict
     return verdict is Verdict.SUSPECT or verdict is Verdict.STALLED
+
+
+def would_be_stalled(rules: Rules, previous: Mapping[str, State] | None, samples: Mapping[str, Sample]) -> bool:
+    """Whether the engine would be judged stalled: only then is an engine whose page cannot show a long
+    request's progress asked to answer a request through the whole engine (Dialect.confirm_route)."""
+    return rules.assess(previous, samples).verdict is Verdict.STALLED
 
 
 def canary_due(rules: Rules, memory: Memory, now: float) -> bool:

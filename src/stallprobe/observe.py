@@ -23,7 +23,7 @@ from .detector import looks_idle
 from .engines import about as engine_about
 from .engines import choose, read_engines
 from .errors import ScrapeError, ScrapeTimeout
-from .judge import Observation, Rules, canary_due, silent, would_be_stuck
+from .judge import Observation, Rules, canary_due, silent, would_be_stalled, would_be_stuck
 from .scrape import Ask, drive, page_of
 
 TYPE_CHECKING = False
@@ -96,7 +96,7 @@ def look(
     now = at
     dialect = choose(page, settings.engine, settings.names)
     samples = read_engines(page, now, dialect, settings.progress_metric)
-    rules = Rules.of(settings)
+    rules = Rules.of(settings).of_engine(dialect)
     stuck = would_be_stuck(rules, previous, samples)
     about = engine_about(page, dialect) if stuck else ""  # for the evidence of a run that may fail
     del page  # a page can be megabytes: not held while the questions below wait on their answers
@@ -119,7 +119,13 @@ def look(
         # Asked only now, so a healthy look costs nothing more; no answer is never "paused".
         from .api import ask_paused
 
-        samples = (yield from ask_paused(samples, base, dialect.pause_route, settings.key)) or samples
+        paused = yield from ask_paused(samples, base, dialect.pause_route, settings.key, name=dialect.pause_key)
+        samples = paused or samples
+    if dialect.confirm_route and would_be_stalled(rules, previous, samples):
+        # A page that cannot show a long request's progress: a request through the whole engine can.
+        from .api import CONFIRM_TIMEOUT, confirmed
+
+        samples = yield from confirmed(samples, base, dialect.confirm_route, settings.key, CONFIRM_TIMEOUT)
     why, quiet = (yield from _health(base + dialect.health_route, settings)) if readiness else (None, "")
     return Observation(dialect, samples, note=note, health=why, health_silent=quiet, canary_at=sent, about=about)
 
@@ -154,26 +160,31 @@ def _health(
     return status_error(f"health {url}", answer), ""
 
 
-def worst_case(timeout: float, asks: int = 0) -> float:
+def worst_case(timeout: float, asks: int = 0, engine: str | None = None) -> float:
     """The longest one look can take, with --timeout `timeout` and `asks` exchanges beyond the page (the
     idle engine's load, the canary, the health route): each has its own deadline, and so has the one
-    question an engine that looks stuck is asked (vLLM's /is_paused, or SGLang's /v1/loads)."""
-    from .api import PAUSE_QUERY_TIMEOUT
+    question an engine that looks stuck is asked (vLLM's /is_paused, SGLang's /v1/loads, LMDeploy's
+    /is_sleeping; TensorRT-LLM's /health_generate, a generation, has a longer one: any engine but a named
+    other one may be it)."""
+    from .api import CONFIRM_TIMEOUT, PAUSE_QUERY_TIMEOUT
+    from .engines import dialect_named
 
-    return timeout * (1 + asks) + PAUSE_QUERY_TIMEOUT
+    dialect = dialect_named(engine)
+    stuck = PAUSE_QUERY_TIMEOUT if dialect is not None and not dialect.confirm_route else CONFIRM_TIMEOUT
+    return timeout * (1 + asks) + stuck
 
 
 def budget(settings: LookSettings, *, readiness: bool = False) -> float:
     """The longest one look of `settings` can take (worst_case): the canary's two exchanges share one
     deadline. Only a look whose page answered asks more."""
-    return worst_case(settings.timeout, settings.server_load + settings.canary + readiness)
+    return worst_case(settings.timeout, settings.server_load + settings.canary + readiness, settings.engine)
 
 
-def kubelet_timeout(timeout: float, asks: int = 0) -> int:
+def kubelet_timeout(timeout: float, asks: int = 0, engine: str | None = None) -> int:
     """The timeoutSeconds to give the kubelet for one run of the probe with --timeout `timeout` and `asks`
-    exchanges beyond the page (--canary, --server-load, and --ready's health route): above the run's own
-    worst case, with room for the interpreter's start on a starved CPU. A run the kubelet kills at its
-    timeout counts as a failure, so the probe must end first."""
+    exchanges beyond the page (--canary, --server-load, and --ready's health route), for `engine` (None:
+    any): above the run's own worst case, with room for the interpreter's start on a starved CPU. A run
+    the kubelet kills at its timeout counts as a failure, so the probe must end first."""
     import math
 
-    return math.ceil(worst_case(timeout, asks)) + 2
+    return math.ceil(worst_case(timeout, asks, engine)) + 2

@@ -98,10 +98,16 @@ def probe_command(port: int, engine: str | None, plan: Plan, *, state_volume: bo
     return command
 
 
-def timeout_seconds(plan: Plan, *, ready: bool = False) -> int:
-    """The probe's timeoutSeconds: a readiness run also asks the engine's health route."""
+def timeout_seconds(plan: Plan, *, ready: bool = False, engine: str | None = None) -> int:
+    """The probe's timeoutSeconds for `engine` (None: any): a readiness run also asks the engine's health
+    route."""
     extra = sum(flag in plan.probe_args for flag in ("--canary", "--server-load"))
-    return kubelet_timeout(plan.timeout, extra + ready)
+    return kubelet_timeout(plan.timeout, extra + ready, engine)
+
+
+def _engine(command: list[str]) -> str | None:
+    """The engine a probe's command names (--engine NAME), None for one it leaves to the page."""
+    return command[command.index("--engine") + 1] if "--engine" in command[:-1] else None
 
 
 def liveness_probe(command: list[str], plan: Plan, old: Any = None) -> dict[str, Any]:
@@ -113,7 +119,7 @@ def liveness_probe(command: list[str], plan: Plan, old: Any = None) -> dict[str,
     if isinstance(delay, int):  # model loading: keep the operator's delay (a startupProbe is better)
         probe["initialDelaySeconds"] = delay
     probe["periodSeconds"] = plan.period
-    probe["timeoutSeconds"] = timeout_seconds(plan)
+    probe["timeoutSeconds"] = timeout_seconds(plan, engine=_engine(command))
     probe["successThreshold"] = 1
     probe["failureThreshold"] = plan.failure
     return probe
@@ -156,7 +162,7 @@ def readiness_probe(command: list[str], plan: Plan) -> dict[str, Any]:
     return {
         "exec": {"command": [*command, "--ready", "--drain-after", num(plan.drain_after)]},
         "periodSeconds": READY_PERIOD,
-        "timeoutSeconds": timeout_seconds(plan, ready=True),
+        "timeoutSeconds": timeout_seconds(plan, ready=True, engine=_engine(command)),
         "successThreshold": 1,
         "failureThreshold": 1,
     }
