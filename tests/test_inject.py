@@ -142,14 +142,19 @@ def test_every_workload_kind_gets_the_probe_and_stays_valid(kind: str) -> None:
         ),
         (container(image="lmsysorg/sglang:v0.5", command=["python3", "-m", "sglang.launch_server"]), "sglang", 30000),
         (
-            container(image="ghcr.io/ggml-org/llama.cpp:server", args=["-m", "/m.gguf", "--port", "8081"]),
+            container(image="ghcr.io/ggml-org/llama.cpp:full", args=["--server", "-m", "/m.gguf", "--port", "8081"]),
             "llamacpp",
             8081,
         ),
-        (
+        (  # llama.cpp's server image has no python3, which the probe runs with: skipped
+            container(image="ghcr.io/ggml-org/llama.cpp:server", args=["-m", "/m.gguf", "--port", "8081"]),
+            "llamacpp",
+            0,
+        ),
+        (  # llama.cpp (C++) in an image inject does not know to have a python3: skipped
             container(image="me/llm:1", command=["llama-server", "--metrics"], ports=[{"containerPort": 7000}]),
             "llamacpp",
-            7000,
+            0,
         ),
         (  # a script the manifest does not show, in the container --container names: its port named http
             container(
@@ -164,7 +169,8 @@ def test_every_workload_kind_gets_the_probe_and_stays_valid(kind: str) -> None:
             "vllm",
             0,
         ),
-        (container(image="nginx:1.27", ports=[{"containerPort": 80}]), None, 80),
+        (container(image="python:3.12-slim", ports=[{"containerPort": 80}]), None, 80),
+        (container(image="nginx:1.27", ports=[{"containerPort": 80}]), None, 0),  # no python3 inject knows of
         (container(args=["--port", "\u00b2"]), "vllm", 0),  # not a port: skipped, never guessed
     ],
 )

@@ -12,8 +12,9 @@ import pytest
 from stallprobe.engines import DIALECTS, VLLM
 from stallprobe.inject.decide import Choice, Context, Decision, decide, engine_of
 from stallprobe.inject.shell import Env, command_lines, environment, flag_value, has_flag, k8s_expand, shell_words
-from stallprobe.serving import SERVING, VllmServing
+from stallprobe.serving import LOOPBACK, SERVING, Address, VllmServing
 
+WILD = Address("127.0.0.1", "")  # a wildcard: dialled at loopback, reached by the kubelet at the pod's IP
 HEALTH = {"httpGet": {"path": "/health", "port": 8000}}
 OURS = {"exec": {"command": ["python3", "-c", "/opt/stallprobe/stallprobe.pyz"]}}
 CUSTOM = {"exec": {"command": ["/bin/check"]}}
@@ -28,7 +29,15 @@ def sh(script: str, **fields: Any) -> dict[str, Any]:
 
 
 SG = "lmsysorg/sglang:v0.5"
-LL = "ghcr.io/ggml-org/llama.cpp:server"
+LL = "ghcr.io/ggml-org/llama.cpp:server"  # no python3 in it: skipped, but with --python
+LLF = "ghcr.io/ggml-org/llama.cpp:full"  # python3 in it; its entrypoint runs the server after --server
+
+
+def ll(*args: str, **fields: Any) -> dict[str, Any]:
+    """llama.cpp in its full image, whose entrypoint (tools.sh) runs llama-server with the args after --server."""
+    return c(image=LLF, args=["--server", *args], **fields)
+
+
 SGLANG_SCRIPT = (
     "sglang publishes no metrics without --enable-metrics, and its command is a script inject does not edit "
     "(add --enable-metrics to it)"
@@ -57,7 +66,10 @@ SCENARIOS: list[tuple[str, dict[str, Any], str, dict[str, Any], dict[str, Any]]]
             "port_from": "",
             "enable": ("", ""),
             "startup": False,
-            "loopback": False,
+            "address": None,
+            "python": "",
+            "key": (),
+            "notes": (),
             "liveness": "",
             "readiness": "",
         },
@@ -118,31 +130,34 @@ SCENARIOS: list[tuple[str, dict[str, Any], str, dict[str, Any], dict[str, Any]]]
             "port_from": "assumed: vllm's default, as its command sets no port",
             "enable": ("", ""),
             "startup": True,
-            "loopback": False,
+            "address": WILD,
+            "python": "python3",
+            "key": (),
+            "notes": (),
             "liveness": "added",
             "readiness": "",
         },
     ),
     (
         "llama.cpp without metrics: its variable turns them on; loopback",
-        c(image=LL, args=["-m", "/m.gguf"]),
+        ll("-m", "/m.gguf"),
         "pod",
         {},
-        {"action": "probe", "port": 8080, "enable": ("env", "LLAMA_ARG_ENDPOINT_METRICS"), "loopback": True},
+        {"action": "probe", "port": 8080, "enable": ("env", "LLAMA_ARG_ENDPOINT_METRICS"), "address": LOOPBACK},
     ),
     (
         "llama.cpp with --metrics and --host 0.0.0.0",
-        c(image=LL, args=["--metrics", "--host", "0.0.0.0", "--port", "8081"]),
+        ll("--metrics", "--host", "0.0.0.0", "--port", "8081"),
         "pod",
         {},
-        {"action": "probe", "port": 8081, "enable": ("", ""), "loopback": False},
+        {"action": "probe", "port": 8081, "enable": ("", ""), "address": WILD},
     ),
     (
         "llama.cpp host from LLAMA_ARG_HOST",
-        c(image=LL, args=["--metrics"], env=[{"name": "LLAMA_ARG_HOST", "value": "0.0.0.0"}]),
+        ll("--metrics", env=[{"name": "LLAMA_ARG_HOST", "value": "0.0.0.0"}]),
         "pod",
         {},
-        {"action": "probe", "loopback": False},
+        {"action": "probe", "address": WILD},
     ),
     (
         "llama.cpp rpc-server worker",
@@ -162,7 +177,7 @@ SCENARIOS: list[tuple[str, dict[str, Any], str, dict[str, Any], dict[str, Any]]]
         c(image=SG, command=["python3", "-m", "sglang.launch_server", "--port", "30001"]),
         "pod",
         {},
-        {"action": "probe", "port": 30001, "enable": ("arg", "--enable-metrics"), "loopback": True},
+        {"action": "probe", "port": 30001, "enable": ("arg", "--enable-metrics"), "address": LOOPBACK},
     ),
     (
         "sglang script without --enable-metrics: skipped",
@@ -346,7 +361,7 @@ SCENARIOS: list[tuple[str, dict[str, Any], str, dict[str, Any], dict[str, Any]]]
         "metrics on: an engine inject does not know has no such flag",
         c(image="me/own:1", args=["--port", "8000", "--disable-log-stats"]),
         "pod",
-        {"container": "engine"},
+        {"container": "engine", "python": "python3"},
         {"action": "probe", "engine": None, "port": 8000},
     ),
     (
@@ -360,40 +375,40 @@ SCENARIOS: list[tuple[str, dict[str, Any], str, dict[str, Any], dict[str, Any]]]
         "named, unknown engine: its --port, and a --host it is not known to read",
         c(image="me/own:1", args=["--port", "7001", "--host", "127.0.0.1"]),
         "pod",
-        {"container": "engine"},
-        {"action": "probe", "engine": None, "port": 7001, "port_from": "--port in its command", "loopback": False},
+        {"container": "engine", "python": "python3"},
+        {"action": "probe", "engine": None, "port": 7001, "port_from": "--port in its command", "address": WILD},
     ),
     (
         "the engine named by its args alone",
         c(image="me/img:1", args=["llama-server", "--port", "8082", "--metrics"]),
         "pod",
-        {},
+        {"python": "python3"},
         {"action": "probe", "engine": "llamacpp", "port": 8082, "port_from": "--port in its command"},
     ),
     (
         "llama.cpp on localhost",
-        c(image=LL, args=["--metrics", "--host", "localhost"]),
+        ll("--metrics", "--host", "localhost"),
         "pod",
         {},
-        {"action": "probe", "loopback": True},
+        {"action": "probe", "address": Address("localhost", None)},
     ),
     (
         "llama.cpp on ::1",
-        c(image=LL, args=["--metrics", "--host", "::1"]),
+        ll("--metrics", "--host", "::1"),
         "pod",
         {},
-        {"action": "probe", "loopback": True},
+        {"action": "probe", "address": Address("[::1]", None)},
     ),
     (
         "llama.cpp metrics variable True",
-        c(image=LL, env=[{"name": "LLAMA_ARG_ENDPOINT_METRICS", "value": "True"}]),
+        ll(env=[{"name": "LLAMA_ARG_ENDPOINT_METRICS", "value": "True"}]),
         "pod",
         {},
         {"action": "probe", "enable": ("", "")},
     ),
     (
         "llama.cpp metrics variable 0: turned on",
-        c(image=LL, env=[{"name": "LLAMA_ARG_ENDPOINT_METRICS", "value": "0"}]),
+        ll(env=[{"name": "LLAMA_ARG_ENDPOINT_METRICS", "value": "0"}]),
         "pod",
         {},
         {"action": "probe", "enable": ("env", "LLAMA_ARG_ENDPOINT_METRICS")},
@@ -514,6 +529,7 @@ GIVEN = "--port given to inject"
 SERVE: dict[str, Any] = {"image": "me/img:1", "command": ["vllm", "serve", "m"]}  # vLLM's server, no port flag
 WRAPPER: dict[str, Any] = {"command": ["bash", "start.sh"]}  # a script the manifest does not show
 NAMED: dict[str, Any] = {"container": "engine"}  # --container engine
+PY: dict[str, Any] = {"python": "python3"}  # --python python3: the interpreter of an image inject does not know
 PORT_ARG: dict[str, Any] = {"args": ["--port", "$(PORT)"]}
 SECRET: dict[str, Any] = {"secretRef": {"name": "s"}}
 HIDDEN_SECRET = "its envFrom Secret s, which inject does not read"
@@ -753,17 +769,17 @@ ROWS: list[tuple[str, dict[str, Any], dict[str, Any], dict[str, Any], tuple[int,
         settle(f"its port is ${{PORT:-8000}}: PORT may come from {HIDDEN_SECRET}"),
     ),
     # The engine's own port variable.
-    ("LLAMA_ARG_PORT", c(image=LL, env=[{"name": "LLAMA_ARG_PORT", "value": "80"}]), {}, {}, (80, "LLAMA_ARG_PORT")),
+    ("LLAMA_ARG_PORT", ll(env=[{"name": "LLAMA_ARG_PORT", "value": "80"}]), {}, {}, (80, "LLAMA_ARG_PORT")),
     (
         "LLAMA_ARG_PORT from envFrom",
-        c(image=LL, envFrom=[cm("cfg")]),
+        ll(envFrom=[cm("cfg")]),
         {},
         {"configmaps": {"cfg": {"LLAMA_ARG_PORT": "81"}}},
         (81, "LLAMA_ARG_PORT"),
     ),
     (
         "a flag wins over LLAMA_ARG_PORT",
-        c(image=LL, args=["--port", "82"], env=[{"name": "LLAMA_ARG_PORT", "value": "80"}]),
+        ll("--port", "82", env=[{"name": "LLAMA_ARG_PORT", "value": "80"}]),
         {},
         {},
         (82, FLAG),
@@ -771,7 +787,8 @@ ROWS: list[tuple[str, dict[str, Any], dict[str, Any], dict[str, Any], tuple[int,
     (
         "LLAMA_ARG_PORT from a Secret, then given",
         c(
-            image=LL,
+            image=LLF,
+            args=["--server"],
             env=[{"name": "LLAMA_ARG_PORT", **key_ref("secretKeyRef", "s")}, {"name": "LLAMA_ARG_PORT", "value": "83"}],
         ),
         {},
@@ -780,35 +797,35 @@ ROWS: list[tuple[str, dict[str, Any], dict[str, Any], dict[str, Any], tuple[int,
     ),
     (
         "LLAMA_ARG_PORT perhaps overwritten, then set again by a ConfigMap",
-        c(image=LL, envFrom=[cm("a"), SECRET, cm("b")]),
+        ll(envFrom=[cm("a"), SECRET, cm("b")]),
         {},
         {"configmaps": {"a": {"LLAMA_ARG_PORT": "1"}, "b": {"LLAMA_ARG_PORT": "84"}}},
         (84, "LLAMA_ARG_PORT"),
     ),
     (
         "LLAMA_ARG_PORT not a port",
-        c(image=LL, env=[{"name": "LLAMA_ARG_PORT", "value": "http"}]),
+        ll(env=[{"name": "LLAMA_ARG_PORT", "value": "http"}]),
         {},
         {},
         settle("its LLAMA_ARG_PORT is 'http', not a port"),
     ),
     (
         "LLAMA_ARG_PORT from a Secret",
-        c(image=LL, env=[{"name": "LLAMA_ARG_PORT", **key_ref("secretKeyRef", "s")}], ports=ports((None, 8080))),
+        ll(env=[{"name": "LLAMA_ARG_PORT", **key_ref("secretKeyRef", "s")}], ports=ports((None, 8080))),
         {},
         {},
         settle("its port is not known: LLAMA_ARG_PORT is from Secret s, which inject does not read"),
     ),
     (
         "LLAMA_ARG_PORT perhaps from an unread envFrom, no containerPort",
-        c(image=LL, envFrom=[SECRET]),
+        ll(envFrom=[SECRET]),
         {},
         {},
         settle(f"its port is not known: LLAMA_ARG_PORT may come from {HIDDEN_SECRET}"),
     ),
     (
         "LLAMA_ARG_PORT perhaps from an unread envFrom: its containerPort",
-        c(image=LL, envFrom=[SECRET], ports=ports((None, 9000))),
+        ll(envFrom=[SECRET], ports=ports((None, 9000))),
         {},
         {},
         (9000, "its containerPort"),
@@ -816,7 +833,7 @@ ROWS: list[tuple[str, dict[str, Any], dict[str, Any], dict[str, Any], tuple[int,
     (
         "llama.cpp's image ENV may set its port: its containerPort",
         c(image="me/llm:1", command=["llama-server", "--metrics"], ports=ports((None, 7000))),
-        {},
+        PY,
         {},
         (7000, "its containerPort"),
     ),
@@ -931,11 +948,17 @@ ROWS: list[tuple[str, dict[str, Any], dict[str, Any], dict[str, Any], tuple[int,
     (
         "named: an unknown engine's one containerPort",
         c(image="me/own:1", ports=ports((None, 7001))),
-        NAMED,
+        {**NAMED, **PY},
         {},
         (7001, "its containerPort"),
     ),
-    ("named: an unknown engine's --port", c(image="me/own:1", args=["--port", "7002"]), NAMED, {}, (7002, FLAG)),
+    (
+        "named: an unknown engine's --port",
+        c(image="me/own:1", args=["--port", "7002"]),
+        {**NAMED, **PY},
+        {},
+        (7002, FLAG),
+    ),
     (
         "named, with --engine",
         c(image="me/own:1", args=["--port", "7003"]),
@@ -1124,7 +1147,7 @@ ROWS: list[tuple[str, dict[str, Any], dict[str, Any], dict[str, Any], tuple[int,
     ),
     (
         "--port against LLAMA_ARG_PORT",
-        c(image=LL, env=[{"name": "LLAMA_ARG_PORT", "value": "80"}]),
+        ll(env=[{"name": "LLAMA_ARG_PORT", "value": "80"}]),
         {**NAMED, "port": 8080},
         {},
         settle("its port is 80 (LLAMA_ARG_PORT), not the 8080 --port gives"),
@@ -1220,8 +1243,9 @@ def test_has_flag() -> None:
 
 def test_a_decision_shows_every_field() -> None:
     assert repr(Decision("skip", "why")) == (
-        "Decision({'action': 'skip', 'enable': ('', ''), 'engine': None, 'liveness': '', 'loopback': False, "
-        "'port': 0, 'port_from': '', 'readiness': '', 'startup': False, 'why': 'why'})"
+        "Decision({'action': 'skip', 'address': None, 'enable': ('', ''), 'engine': None, 'key': (), "
+        "'liveness': '', 'notes': (), 'port': 0, 'port_from': '', 'python': '', 'readiness': '', "
+        "'startup': False, 'why': 'why'})"
     )
 
 
