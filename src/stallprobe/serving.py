@@ -187,7 +187,9 @@ def address(bind: str) -> Address | None:
 
     try:
         ip = ipaddress.ip_address(bind)
-    except ValueError:  # a name, a scoped address (fe80::1%eth0), or no address at all
+    except ValueError:  # a name, or no address at all
+        return None
+    if "%" in bind:  # a scoped address (fe80::1%eth0): a URL would need its zone escaped, the kubelet's too
         return None
     if ip.version == 4:
         if ip.is_unspecified:  # 0.0.0.0: every IPv4 address, loopback and the pod's alike

@@ -409,6 +409,8 @@ def _agreed(
     container's one containerPort (rule 5)."""
     if serving is None or container.get("command") or not (lines and lines[0][0].startswith("-")):
         return None
+    if any(pattern in _image(container) for pattern, _ in serving.images):  # an entrypoint inject knows
+        return None
     port = _port(flag_value(lines[0], serving.port_flags))
     declared = [_port(str(p["containerPort"])) for p in _tcp_ports(container)]
     if port is None or declared != [port]:
