@@ -234,6 +234,13 @@ SCENARIOS: list[tuple[str, dict[str, Any], str, dict[str, Any], dict[str, Any]]]
     ),
     ("node rank 0", c(args=["--node_rank", "0"]), "pod", {}, {"action": "probe"}),
     (
+        "sglang's flags to an image inject does not know, its port agreed: --enable-metrics appended",
+        c(image="me/sglang:1", args=["--model-path", "m", "--port", "30000"], ports=[{"containerPort": 30000}]),
+        "pod",
+        {},
+        {"action": "probe", "port": 30000, "enable": ("arg", "--enable-metrics"), "python": "python3"},
+    ),
+    (
         "vllm headless",
         c(args=["--headless"]),
         "pod",
@@ -1219,6 +1226,13 @@ ENTRY_ROWS: list[tuple[str, dict[str, Any], dict[str, Any], tuple[int, str] | st
     ),
     ("$(PORT) set nowhere", c(**OPEA, args=["--port", "$(PORT)"]), {}, ENTRY),
     ("args that are no flags", c(**OPEA, args=["serve", "--port", "2080"]), {}, ENTRY),
+    ("named: its flag, as for any command", c(**OPEA, args=["--port", "2080"]), NAMED, (2080, FLAG)),
+    (
+        "an entrypoint python3 given -m and the server's module: its server",
+        c(**OPEA, args=["-m", "vllm.entrypoints.openai.api_server", "--port", "2080"]),
+        {},
+        (2080, FLAG),
+    ),
     (
         "a containerPort that is no port",
         c(image="opea/vllm:latest", args=["--port", "x"], ports=ports((None, "x"))),
@@ -1374,6 +1388,12 @@ ADDRESSES: list[tuple[str, dict[str, Any], dict[str, Any], Address | str]] = [
         vllm("--host", "$(HOST)"),
         {},
         unknown_address("its address is $(HOST): HOST is set nowhere in the manifest"),
+    ),
+    (
+        "a container without a name",
+        {"image": "vllm/vllm-openai:v0.11.0", "args": ["--host", "h"]},
+        {},
+        unknown_address("its address is h: a name, whose address is not the manifest's to say", "NAME"),
     ),
     (
         "a command substitution",
@@ -1767,6 +1787,12 @@ KEYS: list[tuple[str, dict[str, Any], dict[str, Any], tuple[tuple[str, ...], str
         (("--api-key-env", "KEY"), ""),
     ),
     ("vLLM has no file of keys", vllm("--api-key-file", "/a"), {}, ((), "")),
+    (
+        "a key flag beside the server is another program's",
+        sh("vllm serve m --port 8000 & proxy --api-key $(OTHER)", env=[secret("OTHER")]),
+        {},
+        ((), ""),
+    ),
     # Its own key variable: the probe reads it by itself.
     ("VLLM_API_KEY", vllm(env=[secret("VLLM_API_KEY")]), {}, ((), "")),
     ("LLAMA_API_KEY", ll(env=[secret("LLAMA_API_KEY")]), {}, ((), "")),

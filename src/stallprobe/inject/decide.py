@@ -404,10 +404,10 @@ def _servers(container: Mapping[str, Any], lines: list[list[str]], serving: type
 def _agreed(
     container: Mapping[str, Any], lines: list[list[str]], serving: type[Serving] | None
 ) -> tuple[int, str] | None:
-    """The port of an image whose entrypoint inject does not know, given the engine's own flags alone (no
-    command; args that start with a flag), when two sources agree: the port flag among them, and the
-    container's one containerPort (rule 5)."""
-    if serving is None or container.get("command") or not (lines and lines[0][0].startswith("-")):
+    """The port of an image whose entrypoint inject does not know, given the engine's own flags alone (its
+    command line starts with a flag: no command of its own runs before them), when two sources agree: the
+    port flag among them, and the container's one containerPort (rule 5)."""
+    if serving is None or not (lines and lines[0][0].startswith("-")):
         return None
     if any(pattern in _image(container) for pattern, _ in serving.images):  # an entrypoint inject knows
         return None
@@ -425,7 +425,7 @@ def _bound(text: str, env: Env) -> Address | str:
     if names:
         name = names[0]
         exact = text in (f"$({name})", "${" + name + "}", f"${name}")
-        field = env.fields.get(name, "")
+        field = env.fields.get(name)
         if exact and field in POD_ADDRESSES:
             return Address(f"$({name})", "")  # the probe reads it at run time: the kubelet does not expand it
         if exact and field:
@@ -445,7 +445,7 @@ def _address(words: list[str], env: Env, engine: str | None, choice: Choice) -> 
     given = None if choice.host is None else address(choice.host) or Address(choice.host, "")
     serving = SERVING.get(str(engine))
     if serving is None:  # an engine inject does not know: not its flags to read
-        return given or default_address(engine)
+        return given or default_address(None)
     sock = next((flag for flag in serving.socket_flags if has_flag(words, (flag,))), None)
     if sock is not None:
         return f"it serves on a UNIX socket ({sock}), which the probe does not dial"
@@ -490,7 +490,8 @@ def _enable(
 def _is_python(word: str) -> bool:
     """Whether a command's first word runs a Python interpreter: python, python3, python3.12, by any path."""
     name = word.rpartition("/")[2]
-    return name.startswith("python") and all(ch in "0123456789." for ch in name[6:])
+    version = name.removeprefix("python")
+    return (version != name and version.replace(".", "").isdigit()) or name == "python"
 
 
 def _interpreter(
