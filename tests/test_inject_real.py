@@ -125,6 +125,21 @@ EXPECTED: dict[str, tuple[list[str], list[tuple[tuple[Any, ...], int, bool]]]] =
         ],
         [(("spec", "template", "spec", "containers", 0), 2080, False)],
     ),
+    "boettiger-sglang-nemotron-3f7e02c.yaml": (
+        [
+            "deployment/nemotron container sglang: added the liveness probe (sglang, port 8000 from --port in its "
+            "command)"
+        ],
+        [(("spec", "template", "spec", "containers", 0), 8000, True)],
+    ),
+    "kubeai-llama-server-cuda-cc91e82.yaml": (
+        [
+            "deployment/llama-server container llama: skipped: its image ghcr.io/ggml-org/llama.cpp:server-cuda has "
+            "no python3, which the probe runs with (ghcr.io/ggml-org/llama.cpp:full (--server first in its args) has "
+            "one, or --python PATH names the image's own)"
+        ],
+        [],
+    ),
     "boettiger-vllm-nimbus-349f2f8.yaml": (
         [
             "deployment/vllm-nimbus-deployment container vllm: added the liveness probe (vllm, port 8000 from its "
@@ -438,3 +453,33 @@ def test_container_settles_a_rendered_chart_whose_image_the_manifest_does_not_sh
     alone = run(text, "--port", "2080")
     assert (alone.returncode, alone.stdout) == (ExitCode.USAGE, "")
     assert "--port needs --container NAME" in alone.stderr
+
+
+def test_a_key_in_a_flag_is_read_from_its_variable_and_never_copied() -> None:
+    """NVIDIA's SGLang image, started with `python -m sglang.launch_server ... --api-key $(SGLANG_API_KEY)`, the
+    key from a Secret: the probe runs with the same `python`, reads the key from SGLANG_API_KEY at run time,
+    and the kubelet's httpGet guards the start (it binds 0.0.0.0)."""
+    done = run((MANIFESTS / "boettiger-sglang-nemotron-3f7e02c.yaml").read_text())
+    assert done.returncode == 0, done.stderr
+    engine = workload(yaml.safe_load_all(done.stdout))["spec"]["template"]["spec"]["containers"][0]
+    command = engine["livenessProbe"]["exec"]["command"]
+    assert command[0] == "python"
+    assert command[command.index("--api-key-env") + 1] == "SGLANG_API_KEY"
+    assert "--api-key" not in command
+    assert "$(SGLANG_API_KEY)" not in command
+    assert engine["startupProbe"]["httpGet"] == {"path": "/health", "port": 8000}
+    assert engine["readinessProbe"]["exec"]["command"][: len(command)] == command
+
+
+def test_llama_cpps_server_image_is_probed_only_with_an_interpreter_named() -> None:
+    """llama.cpp's server image has no python3: skipped, saying so; with --python PATH (an image the user
+    knows has one), the probe runs with it, dialling loopback, and the kubelet guards the start (0.0.0.0)."""
+    text = (MANIFESTS / "kubeai-llama-server-cuda-cc91e82.yaml").read_text()
+    done = run(text, "--python", "/usr/local/bin/python3")
+    assert done.returncode == 0, done.stderr
+    engine = workload(yaml.safe_load_all(done.stdout))["spec"]["template"]["spec"]["containers"][0]
+    command = engine["livenessProbe"]["exec"]["command"]
+    assert command[0] == "/usr/local/bin/python3"
+    assert "http://127.0.0.1:8080/metrics" in command
+    assert engine["startupProbe"]["httpGet"] == {"path": "/health", "port": 8080}
+    assert {"name": "LLAMA_ARG_ENDPOINT_METRICS", "value": "1"} in engine["env"]
