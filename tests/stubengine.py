@@ -68,12 +68,12 @@ class Route:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
+    def handle_error(self, request: object, client_address: object) -> None:
+        return  # a client that gave up (a probe's deadline) is not the test's failure
+
 
 class _Server6(_Server):
     address_family = socket.AF_INET6  # bound to an IPv6 address (::1) only
-
-    def handle_error(self, request: object, client_address: object) -> None:
-        return  # a client that gave up (a probe's deadline) is not the test's failure
 
 
 class Seen:
