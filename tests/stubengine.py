@@ -24,6 +24,7 @@ Every wait inside is bounded by `close()` (each fixture's teardown), so no test 
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -71,6 +72,10 @@ class _Server(ThreadingHTTPServer):
         return  # a client that gave up (a probe's deadline) is not the test's failure
 
 
+class _Server6(_Server):
+    address_family = socket.AF_INET6  # bound to an IPv6 address (::1) only
+
+
 class Seen:
     """One request as it arrived: method, path (with its query), headers, body, and the monotonic time."""
 
@@ -88,7 +93,8 @@ class Seen:
 
 
 class StubEngine:
-    """An engine on 127.0.0.1:<port> (`url` is its /metrics). Use as a context manager, or close()."""
+    """An engine on 127.0.0.1:<port>, or only on `host` (::1, 127.0.0.2) (`url` is its /metrics). Use as a
+    context manager, or close()."""
 
     def __init__(
         self,
@@ -99,6 +105,7 @@ class StubEngine:
         prompt: float = 0.0,
         waiting: float = 0.0,
         model: str = "tiny-llama",
+        host: str = "127.0.0.1",
     ) -> None:
         if dialect not in ("vllm", "sglang", "llamacpp"):
             raise ValueError(f"no stub for the dialect {dialect!r}")
@@ -136,9 +143,9 @@ class StubEngine:
             def log_message(self, format: str, *args: object) -> None:
                 return
 
-        self.server = _Server(("127.0.0.1", 0), Handler)
+        self.server = (_Server6 if ":" in host else _Server)((host, 0), Handler)
         self.port: int = self.server.server_address[1]
-        self.base = f"http://127.0.0.1:{self.port}"
+        self.base = f"http://{f'[{host}]' if ':' in host else host}:{self.port}"
         self.url = f"{self.base}/metrics"
         self._thread = threading.Thread(
             target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, name=f"stub {self.port}", daemon=True

@@ -673,8 +673,12 @@ def test_progress_metric_counts_as_life(engine: StubEngine, state_file: str) -> 
 
 
 ENGINE_USAGE: list[tuple[list[str], dict[str, str], str]] = [
-    (["--engine", "tgi"], {}, "--engine must be one of auto, vllm, sglang, llamacpp (got 'tgi')"),
-    ([], {"STALLPROBE_ENGINE": "x"}, "STALLPROBE_ENGINE must be one of auto, vllm, sglang, llamacpp (got 'x')"),
+    (["--engine", "tgi"], {}, "--engine must be one of auto, vllm, sglang, llamacpp, lmdeploy, trtllm (got 'tgi')"),
+    (
+        [],
+        {"STALLPROBE_ENGINE": "x"},
+        "STALLPROBE_ENGINE must be one of auto, vllm, sglang, llamacpp, lmdeploy, trtllm (got 'x')",
+    ),
     (["--running-metric", "1bad"], {}, "--running-metric must be a Prometheus metric name (got '1bad')"),
     (["--progress-metric", "a b"], {}, "--progress-metric must be a Prometheus metric name (got 'a b')"),
     ([], {"STALLPROBE_PROGRESS_METRIC": "ok,bad-name"}, "STALLPROBE_PROGRESS_METRIC must be a Prometheus metric name"),

@@ -678,8 +678,8 @@ def deployment(engine: str, port: int) -> str:
     else:
         container = {
             "name": "llama",
-            "image": "ghcr.io/ggml-org/llama.cpp:server",
-            "args": ["-m", "/models/m.gguf", "--port", str(port), "--metrics"],
+            "image": "ghcr.io/ggml-org/llama.cpp:full",  # the one with python3; tools.sh runs the server
+            "args": ["--server", "-m", "/models/m.gguf", "--port", str(port), "--metrics"],
         }
     labels = {"app": "llm"}
     doc = {

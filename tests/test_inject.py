@@ -26,6 +26,7 @@ from conftest import REPO, clean_env, rewind, validate
 from stallprobe.errors import ExitCode
 from stallprobe.inject import PYZ_PATH, Choice, InjectConfig, decide, engine_of, inject, pod_specs, read_documents
 from stallprobe.inject.manifests import MAX_BYTES, MAX_DEPTH, MAX_NODES, NO_RUAMEL
+from stallprobe.inject.shell import k8s_expand
 from stallprobe.pyz import launcher
 from stallprobe.settings import parse
 from stubengine import StubEngine
@@ -142,14 +143,19 @@ def test_every_workload_kind_gets_the_probe_and_stays_valid(kind: str) -> None:
         ),
         (container(image="lmsysorg/sglang:v0.5", command=["python3", "-m", "sglang.launch_server"]), "sglang", 30000),
         (
-            container(image="ghcr.io/ggml-org/llama.cpp:server", args=["-m", "/m.gguf", "--port", "8081"]),
+            container(image="ghcr.io/ggml-org/llama.cpp:full", args=["--server", "-m", "/m.gguf", "--port", "8081"]),
             "llamacpp",
             8081,
         ),
-        (
+        (  # llama.cpp's server image has no python3, which the probe runs with: skipped
+            container(image="ghcr.io/ggml-org/llama.cpp:server", args=["-m", "/m.gguf", "--port", "8081"]),
+            "llamacpp",
+            0,
+        ),
+        (  # llama.cpp (C++) in an image inject does not know to have a python3: skipped
             container(image="me/llm:1", command=["llama-server", "--metrics"], ports=[{"containerPort": 7000}]),
             "llamacpp",
-            7000,
+            0,
         ),
         (  # a script the manifest does not show, in the container --container names: its port named http
             container(
@@ -164,7 +170,8 @@ def test_every_workload_kind_gets_the_probe_and_stays_valid(kind: str) -> None:
             "vllm",
             0,
         ),
-        (container(image="nginx:1.27", ports=[{"containerPort": 80}]), None, 80),
+        (container(image="python:3.12-slim", ports=[{"containerPort": 80}]), None, 80),
+        (container(image="nginx:1.27", ports=[{"containerPort": 80}]), None, 0),  # no python3 inject knows of
         (container(args=["--port", "\u00b2"]), "vllm", 0),  # not a port: skipped, never guessed
     ],
 )
@@ -594,6 +601,105 @@ def test_the_injected_command_as_the_kubelet_runs_it(stub: StubEngine, tmp_path:
     assert (code, line[:8]) == (1, "stalled:")
     stub.set(4, 181, 50)
     assert kubelet()[0] == 0
+
+
+def as_the_kubelet_runs(
+    probe: dict[str, Any], configmap: dict[str, Any], tmp_path: Path, env: list[dict[str, Any]] | None = None
+) -> list[str]:
+    """An exec probe's command as it runs in the pod: the build where the volume mounts it, this
+    interpreter for the image's, and `$(VAR)` expanded as the kubelet expands it in a probe's command
+    (kubecontainer.ExpandContainerCommandOnlyStatic: the container's `env` by name, a valueFrom one to
+    nothing; `$$` to `$`)."""
+    pyz = tmp_path / "opt" / "stallprobe.pyz"
+    pyz.parent.mkdir(exist_ok=True)
+    pyz.write_bytes(base64.b64decode(configmap["binaryData"]["stallprobe.pyz"]))
+    static = {str(var["name"]): str(var.get("value", "")) for var in env or []}
+    return [
+        sys.executable if word == "python3" else k8s_expand(word.replace(PYZ_PATH, str(pyz)), static)
+        for word in probe["exec"]["command"]
+    ]
+
+
+def injected(engine: dict[str, Any], *flags: str) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """The engine's container as inject writes it, the build's ConfigMap, and what inject said."""
+    result = run_inject(json.dumps(workload("Deployment", pod_spec(engine))), "--window", "1", *flags)
+    assert result.returncode == 0, result.stderr
+    deployment, configmap = json.loads(result.stdout)["items"]
+    return deployment["spec"]["template"]["spec"]["containers"][0], configmap, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("host", "bound", "dialled"),
+    [("::1", "::1", "[::1]"), ("::", "::1", "[::1]"), ("127.0.0.2", "127.0.0.2", "127.0.0.2")],
+)
+def test_the_probe_and_its_startup_guard_dial_where_the_engine_binds(
+    host: str, bound: str, dialled: str, tmp_path: Path
+) -> None:
+    """An engine bound to ::1 (or to `::`, which asyncio makes IPv6 only) or to another loopback address
+    refuses 127.0.0.1: the probe and the startup guard, run inside the container, dial where it binds."""
+    with StubEngine("sglang", host=bound) as stub:
+        engine = container(
+            image="lmsysorg/sglang:v0.5",
+            command=["python3", "-m", "sglang.launch_server", "--enable-metrics"],
+            args=["--host", host, "--port", str(stub.port)],
+        )
+        fields, configmap, said = injected(engine)
+        assert f"dialled at {dialled}" in said
+        command = as_the_kubelet_runs(fields["livenessProbe"], configmap, tmp_path)
+        assert f"http://{dialled}:{stub.port}/metrics" in command
+        guard = [sys.executable, *fields["startupProbe"]["exec"]["command"][1:]]
+        assert f"http://{dialled}:{stub.port}/health" in guard[-1]
+        env = clean_env(TMPDIR=str(tmp_path))
+        assert subprocess.run(guard, env=env, capture_output=True, timeout=10, check=False).returncode == 0
+        stub.set(4, 100, 50)
+        first = subprocess.run(command, env=env, capture_output=True, text=True, timeout=10, check=False)
+        assert (first.returncode, first.stdout[:9]) == (0, "baseline:"), first
+        stub.set(4, 180, 50)
+        second = subprocess.run(command, env=env, capture_output=True, text=True, timeout=10, check=False)
+        assert (second.returncode, second.stdout[:12]) == (0, "progressing:"), second
+        # Where it does not listen, the same probe is refused: what inject wrote before.
+        loopback = [word.replace(f"http://{dialled}:", "http://127.0.0.1:") for word in command]
+        refused = subprocess.run(loopback, env=env, capture_output=True, text=True, timeout=10, check=False)
+        assert refused.returncode == 3, refused
+
+
+def test_the_probe_reads_the_pods_ip_from_its_environment_at_run_time(tmp_path: Path) -> None:
+    """`--host $(POD_IP)`, POD_IP from status.podIP: the kubelet expands a valueFrom variable in an exec
+    probe's command to nothing, so the probe's URL is written `$$(POD_IP)`, reaches the probe as
+    `$(POD_IP)`, and the probe reads it from the container's environment."""
+    pod_ip = {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+    with StubEngine(host="127.0.0.2") as stub:
+        engine = container(args=["--host", "$(POD_IP)", "--port", str(stub.port)], env=[pod_ip])
+        fields, configmap, _ = injected(engine)
+        assert f"http://$$(POD_IP):{stub.port}/metrics" in fields["livenessProbe"]["exec"]["command"]
+        command = as_the_kubelet_runs(fields["livenessProbe"], configmap, tmp_path, [pod_ip])
+        assert f"http://$(POD_IP):{stub.port}/metrics" in command
+        assert fields["startupProbe"]["httpGet"] == {"path": "/health", "port": stub.port}  # at the pod's IP
+        env = clean_env(TMPDIR=str(tmp_path), POD_IP="127.0.0.2")
+        stub.set(4, 100, 50)
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=10, check=False)
+        assert (done.returncode, done.stdout[:9]) == (0, "baseline:"), done
+
+
+def test_the_probe_reads_the_key_from_the_variable_the_engine_takes_it_from(tmp_path: Path) -> None:
+    """llama.cpp started with `--api-key $(API_KEY)`, API_KEY from a Secret: the probe gets
+    `--api-key-env API_KEY` (never the key) and sends it, where without it every run is a 401."""
+    key = {"name": "API_KEY", "valueFrom": {"secretKeyRef": {"name": "llm", "key": "api-key"}}}
+    with StubEngine("llamacpp") as stub:
+        stub.key = "sk-inject-test"
+        engine = container(
+            name="llama",
+            image="ghcr.io/ggml-org/llama.cpp:full",
+            args=["--server", "--metrics", "--port", str(stub.port), "--api-key", "$(API_KEY)"],
+            env=[key],
+        )
+        fields, configmap, _ = injected(engine)
+        command = as_the_kubelet_runs(fields["livenessProbe"], configmap, tmp_path)
+        assert command[command.index("--api-key-env") + 1] == "API_KEY"
+        env = clean_env(TMPDIR=str(tmp_path), API_KEY=stub.key)
+        stub.set(1, 100, 50)
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=10, check=False)
+        assert (done.returncode, done.stdout[:9]) == (0, "baseline:"), done
 
 
 def test_read_documents_accepts_a_stream_of_json_objects() -> None:

@@ -11,9 +11,19 @@ import pytest
 
 from stallprobe.engines import DIALECTS, VLLM
 from stallprobe.inject.decide import Choice, Context, Decision, decide, engine_of
-from stallprobe.inject.shell import Env, command_lines, environment, flag_value, has_flag, k8s_expand, shell_words
-from stallprobe.serving import SERVING, VllmServing
+from stallprobe.inject.shell import (
+    Env,
+    command_lines,
+    environment,
+    flag_value,
+    has_flag,
+    k8s_expand,
+    shell_words,
+    standing,
+)
+from stallprobe.serving import LOOPBACK, SERVING, Address, VllmServing, python_in
 
+WILD = Address("127.0.0.1", "")  # a wildcard: dialled at loopback, reached by the kubelet at the pod's IP
 HEALTH = {"httpGet": {"path": "/health", "port": 8000}}
 OURS = {"exec": {"command": ["python3", "-c", "/opt/stallprobe/stallprobe.pyz"]}}
 CUSTOM = {"exec": {"command": ["/bin/check"]}}
@@ -28,7 +38,15 @@ def sh(script: str, **fields: Any) -> dict[str, Any]:
 
 
 SG = "lmsysorg/sglang:v0.5"
-LL = "ghcr.io/ggml-org/llama.cpp:server"
+LL = "ghcr.io/ggml-org/llama.cpp:server"  # no python3 in it: skipped, but with --python
+LLF = "ghcr.io/ggml-org/llama.cpp:full"  # python3 in it; its entrypoint runs the server after --server
+
+
+def ll(*args: str, **fields: Any) -> dict[str, Any]:
+    """llama.cpp in its full image, whose entrypoint (tools.sh) runs llama-server with the args after --server."""
+    return c(image=LLF, args=["--server", *args], **fields)
+
+
 SGLANG_SCRIPT = (
     "sglang publishes no metrics without --enable-metrics, and its command is a script inject does not edit "
     "(add --enable-metrics to it)"
@@ -57,7 +75,10 @@ SCENARIOS: list[tuple[str, dict[str, Any], str, dict[str, Any], dict[str, Any]]]
             "port_from": "",
             "enable": ("", ""),
             "startup": False,
-            "loopback": False,
+            "address": None,
+            "python": "",
+            "key": (),
+            "notes": (),
             "liveness": "",
             "readiness": "",
         },
@@ -118,31 +139,34 @@ SCENARIOS: list[tuple[str, dict[str, Any], str, dict[str, Any], dict[str, Any]]]
             "port_from": "assumed: vllm's default, as its command sets no port",
             "enable": ("", ""),
             "startup": True,
-            "loopback": False,
+            "address": WILD,
+            "python": "python3",
+            "key": (),
+            "notes": (),
             "liveness": "added",
             "readiness": "",
         },
     ),
     (
         "llama.cpp without metrics: its variable turns them on; loopback",
-        c(image=LL, args=["-m", "/m.gguf"]),
+        ll("-m", "/m.gguf"),
         "pod",
         {},
-        {"action": "probe", "port": 8080, "enable": ("env", "LLAMA_ARG_ENDPOINT_METRICS"), "loopback": True},
+        {"action": "probe", "port": 8080, "enable": ("env", "LLAMA_ARG_ENDPOINT_METRICS"), "address": LOOPBACK},
     ),
     (
         "llama.cpp with --metrics and --host 0.0.0.0",
-        c(image=LL, args=["--metrics", "--host", "0.0.0.0", "--port", "8081"]),
+        ll("--metrics", "--host", "0.0.0.0", "--port", "8081"),
         "pod",
         {},
-        {"action": "probe", "port": 8081, "enable": ("", ""), "loopback": False},
+        {"action": "probe", "port": 8081, "enable": ("", ""), "address": WILD},
     ),
     (
         "llama.cpp host from LLAMA_ARG_HOST",
-        c(image=LL, args=["--metrics"], env=[{"name": "LLAMA_ARG_HOST", "value": "0.0.0.0"}]),
+        ll("--metrics", env=[{"name": "LLAMA_ARG_HOST", "value": "0.0.0.0"}]),
         "pod",
         {},
-        {"action": "probe", "loopback": False},
+        {"action": "probe", "address": WILD},
     ),
     (
         "llama.cpp rpc-server worker",
@@ -162,7 +186,7 @@ SCENARIOS: list[tuple[str, dict[str, Any], str, dict[str, Any], dict[str, Any]]]
         c(image=SG, command=["python3", "-m", "sglang.launch_server", "--port", "30001"]),
         "pod",
         {},
-        {"action": "probe", "port": 30001, "enable": ("arg", "--enable-metrics"), "loopback": True},
+        {"action": "probe", "port": 30001, "enable": ("arg", "--enable-metrics"), "address": LOOPBACK},
     ),
     (
         "sglang script without --enable-metrics: skipped",
@@ -209,6 +233,13 @@ SCENARIOS: list[tuple[str, dict[str, Any], str, dict[str, Any], dict[str, Any]]]
         {"action": "skip", "why": "a multi-node worker: it runs with --node-rank 1: only rank 0 serves HTTP"},
     ),
     ("node rank 0", c(args=["--node_rank", "0"]), "pod", {}, {"action": "probe"}),
+    (
+        "sglang's flags to an image inject does not know, its port agreed: --enable-metrics appended",
+        c(image="me/sglang:1", args=["--model-path", "m", "--port", "30000"], ports=[{"containerPort": 30000}]),
+        "pod",
+        {},
+        {"action": "probe", "port": 30000, "enable": ("arg", "--enable-metrics"), "python": "python3"},
+    ),
     (
         "vllm headless",
         c(args=["--headless"]),
@@ -346,7 +377,7 @@ SCENARIOS: list[tuple[str, dict[str, Any], str, dict[str, Any], dict[str, Any]]]
         "metrics on: an engine inject does not know has no such flag",
         c(image="me/own:1", args=["--port", "8000", "--disable-log-stats"]),
         "pod",
-        {"container": "engine"},
+        {"container": "engine", "python": "python3"},
         {"action": "probe", "engine": None, "port": 8000},
     ),
     (
@@ -360,40 +391,40 @@ SCENARIOS: list[tuple[str, dict[str, Any], str, dict[str, Any], dict[str, Any]]]
         "named, unknown engine: its --port, and a --host it is not known to read",
         c(image="me/own:1", args=["--port", "7001", "--host", "127.0.0.1"]),
         "pod",
-        {"container": "engine"},
-        {"action": "probe", "engine": None, "port": 7001, "port_from": "--port in its command", "loopback": False},
+        {"container": "engine", "python": "python3"},
+        {"action": "probe", "engine": None, "port": 7001, "port_from": "--port in its command", "address": WILD},
     ),
     (
         "the engine named by its args alone",
         c(image="me/img:1", args=["llama-server", "--port", "8082", "--metrics"]),
         "pod",
-        {},
+        {"python": "python3"},
         {"action": "probe", "engine": "llamacpp", "port": 8082, "port_from": "--port in its command"},
     ),
     (
         "llama.cpp on localhost",
-        c(image=LL, args=["--metrics", "--host", "localhost"]),
+        ll("--metrics", "--host", "localhost"),
         "pod",
         {},
-        {"action": "probe", "loopback": True},
+        {"action": "probe", "address": Address("localhost", None)},
     ),
     (
         "llama.cpp on ::1",
-        c(image=LL, args=["--metrics", "--host", "::1"]),
+        ll("--metrics", "--host", "::1"),
         "pod",
         {},
-        {"action": "probe", "loopback": True},
+        {"action": "probe", "address": Address("[::1]", None)},
     ),
     (
         "llama.cpp metrics variable True",
-        c(image=LL, env=[{"name": "LLAMA_ARG_ENDPOINT_METRICS", "value": "True"}]),
+        ll(env=[{"name": "LLAMA_ARG_ENDPOINT_METRICS", "value": "True"}]),
         "pod",
         {},
         {"action": "probe", "enable": ("", "")},
     ),
     (
         "llama.cpp metrics variable 0: turned on",
-        c(image=LL, env=[{"name": "LLAMA_ARG_ENDPOINT_METRICS", "value": "0"}]),
+        ll(env=[{"name": "LLAMA_ARG_ENDPOINT_METRICS", "value": "0"}]),
         "pod",
         {},
         {"action": "probe", "enable": ("env", "LLAMA_ARG_ENDPOINT_METRICS")},
@@ -514,6 +545,7 @@ GIVEN = "--port given to inject"
 SERVE: dict[str, Any] = {"image": "me/img:1", "command": ["vllm", "serve", "m"]}  # vLLM's server, no port flag
 WRAPPER: dict[str, Any] = {"command": ["bash", "start.sh"]}  # a script the manifest does not show
 NAMED: dict[str, Any] = {"container": "engine"}  # --container engine
+PY: dict[str, Any] = {"python": "python3"}  # --python python3: the interpreter of an image inject does not know
 PORT_ARG: dict[str, Any] = {"args": ["--port", "$(PORT)"]}
 SECRET: dict[str, Any] = {"secretRef": {"name": "s"}}
 HIDDEN_SECRET = "its envFrom Secret s, which inject does not read"
@@ -753,17 +785,17 @@ ROWS: list[tuple[str, dict[str, Any], dict[str, Any], dict[str, Any], tuple[int,
         settle(f"its port is ${{PORT:-8000}}: PORT may come from {HIDDEN_SECRET}"),
     ),
     # The engine's own port variable.
-    ("LLAMA_ARG_PORT", c(image=LL, env=[{"name": "LLAMA_ARG_PORT", "value": "80"}]), {}, {}, (80, "LLAMA_ARG_PORT")),
+    ("LLAMA_ARG_PORT", ll(env=[{"name": "LLAMA_ARG_PORT", "value": "80"}]), {}, {}, (80, "LLAMA_ARG_PORT")),
     (
         "LLAMA_ARG_PORT from envFrom",
-        c(image=LL, envFrom=[cm("cfg")]),
+        ll(envFrom=[cm("cfg")]),
         {},
         {"configmaps": {"cfg": {"LLAMA_ARG_PORT": "81"}}},
         (81, "LLAMA_ARG_PORT"),
     ),
     (
         "a flag wins over LLAMA_ARG_PORT",
-        c(image=LL, args=["--port", "82"], env=[{"name": "LLAMA_ARG_PORT", "value": "80"}]),
+        ll("--port", "82", env=[{"name": "LLAMA_ARG_PORT", "value": "80"}]),
         {},
         {},
         (82, FLAG),
@@ -771,7 +803,8 @@ ROWS: list[tuple[str, dict[str, Any], dict[str, Any], dict[str, Any], tuple[int,
     (
         "LLAMA_ARG_PORT from a Secret, then given",
         c(
-            image=LL,
+            image=LLF,
+            args=["--server"],
             env=[{"name": "LLAMA_ARG_PORT", **key_ref("secretKeyRef", "s")}, {"name": "LLAMA_ARG_PORT", "value": "83"}],
         ),
         {},
@@ -780,35 +813,35 @@ ROWS: list[tuple[str, dict[str, Any], dict[str, Any], dict[str, Any], tuple[int,
     ),
     (
         "LLAMA_ARG_PORT perhaps overwritten, then set again by a ConfigMap",
-        c(image=LL, envFrom=[cm("a"), SECRET, cm("b")]),
+        ll(envFrom=[cm("a"), SECRET, cm("b")]),
         {},
         {"configmaps": {"a": {"LLAMA_ARG_PORT": "1"}, "b": {"LLAMA_ARG_PORT": "84"}}},
         (84, "LLAMA_ARG_PORT"),
     ),
     (
         "LLAMA_ARG_PORT not a port",
-        c(image=LL, env=[{"name": "LLAMA_ARG_PORT", "value": "http"}]),
+        ll(env=[{"name": "LLAMA_ARG_PORT", "value": "http"}]),
         {},
         {},
         settle("its LLAMA_ARG_PORT is 'http', not a port"),
     ),
     (
         "LLAMA_ARG_PORT from a Secret",
-        c(image=LL, env=[{"name": "LLAMA_ARG_PORT", **key_ref("secretKeyRef", "s")}], ports=ports((None, 8080))),
+        ll(env=[{"name": "LLAMA_ARG_PORT", **key_ref("secretKeyRef", "s")}], ports=ports((None, 8080))),
         {},
         {},
         settle("its port is not known: LLAMA_ARG_PORT is from Secret s, which inject does not read"),
     ),
     (
         "LLAMA_ARG_PORT perhaps from an unread envFrom, no containerPort",
-        c(image=LL, envFrom=[SECRET]),
+        ll(envFrom=[SECRET]),
         {},
         {},
         settle(f"its port is not known: LLAMA_ARG_PORT may come from {HIDDEN_SECRET}"),
     ),
     (
         "LLAMA_ARG_PORT perhaps from an unread envFrom: its containerPort",
-        c(image=LL, envFrom=[SECRET], ports=ports((None, 9000))),
+        ll(envFrom=[SECRET], ports=ports((None, 9000))),
         {},
         {},
         (9000, "its containerPort"),
@@ -816,7 +849,7 @@ ROWS: list[tuple[str, dict[str, Any], dict[str, Any], dict[str, Any], tuple[int,
     (
         "llama.cpp's image ENV may set its port: its containerPort",
         c(image="me/llm:1", command=["llama-server", "--metrics"], ports=ports((None, 7000))),
-        {},
+        PY,
         {},
         (7000, "its containerPort"),
     ),
@@ -931,11 +964,17 @@ ROWS: list[tuple[str, dict[str, Any], dict[str, Any], dict[str, Any], tuple[int,
     (
         "named: an unknown engine's one containerPort",
         c(image="me/own:1", ports=ports((None, 7001))),
-        NAMED,
+        {**NAMED, **PY},
         {},
         (7001, "its containerPort"),
     ),
-    ("named: an unknown engine's --port", c(image="me/own:1", args=["--port", "7002"]), NAMED, {}, (7002, FLAG)),
+    (
+        "named: an unknown engine's --port",
+        c(image="me/own:1", args=["--port", "7002"]),
+        {**NAMED, **PY},
+        {},
+        (7002, FLAG),
+    ),
     (
         "named, with --engine",
         c(image="me/own:1", args=["--port", "7003"]),
@@ -1124,7 +1163,7 @@ ROWS: list[tuple[str, dict[str, Any], dict[str, Any], dict[str, Any], tuple[int,
     ),
     (
         "--port against LLAMA_ARG_PORT",
-        c(image=LL, env=[{"name": "LLAMA_ARG_PORT", "value": "80"}]),
+        ll(env=[{"name": "LLAMA_ARG_PORT", "value": "80"}]),
         {**NAMED, "port": 8080},
         {},
         settle("its port is 80 (LLAMA_ARG_PORT), not the 8080 --port gives"),
@@ -1146,6 +1185,668 @@ def test_the_port(
         assert (decision.action, decision.why, decision.port) == ("skip", expected, 0)
     else:
         assert (decision.action, decision.port, decision.port_from) == ("probe", *expected)
+
+
+# The port, from an image whose entrypoint inject does not know: proven only where two sources agree.
+OPEA: dict[str, Any] = {"image": "opea/vllm:latest", "ports": ports(("http", 2080))}
+AGREED = "--port in its args, as its containerPort says"
+ENTRY = settle("its port is not proven: its image opea/vllm:latest runs an entrypoint the manifest does not show")
+ENTRY_ROWS: list[tuple[str, dict[str, Any], dict[str, Any], tuple[int, str] | str]] = [
+    (
+        "the engine's flags, and its one containerPort agrees",
+        c(**OPEA, args=["--model", "m", "--port", "2080"]),
+        {},
+        (2080, AGREED),
+    ),
+    (
+        "Helm's quoted containerPort agrees",
+        c(image="opea/vllm:latest", args=["--port", "2080"], ports=ports((None, "2080"))),
+        {},
+        (2080, AGREED),
+    ),
+    (
+        "$(PORT) from env agrees",
+        c(**OPEA, args=["--port", "$(PORT)"], env=[{"name": "PORT", "value": "2080"}]),
+        {},
+        (2080, AGREED),
+    ),
+    ("its containerPort disagrees", c(**OPEA, args=["--port", "2081"]), {}, ENTRY),
+    (
+        "two containerPorts",
+        c(image="opea/vllm:latest", args=["--port", "2080"], ports=ports(("http", 2080), ("kv", 5557))),
+        {},
+        ENTRY,
+    ),
+    ("no containerPort", c(image="opea/vllm:latest", args=["--port", "2080"]), {}, ENTRY),
+    (
+        "no port flag, its containerPort the default's",
+        c(**{**OPEA, "ports": ports((None, 8000))}, args=["--model", "m"]),
+        {},
+        ENTRY,
+    ),
+    ("$(PORT) set nowhere", c(**OPEA, args=["--port", "$(PORT)"]), {}, ENTRY),
+    ("args that are no flags", c(**OPEA, args=["serve", "--port", "2080"]), {}, ENTRY),
+    ("named: its flag, as for any command", c(**OPEA, args=["--port", "2080"]), NAMED, (2080, FLAG)),
+    (
+        "an entrypoint python3 given -m and the server's module: its server",
+        c(**OPEA, args=["-m", "vllm.entrypoints.openai.api_server", "--port", "2080"]),
+        {},
+        (2080, FLAG),
+    ),
+    (
+        "a containerPort that is no port",
+        c(image="opea/vllm:latest", args=["--port", "x"], ports=ports((None, "x"))),
+        {},
+        ENTRY,
+    ),
+    (
+        "an engine inject does not know has no flags of its own",
+        c(image="me/own:1", args=["--port", "2080"], ports=ports((None, 2080))),
+        {"engine": "none"},
+        "ignore",
+    ),
+    # llama.cpp's full image runs the server when its first argument says so.
+    ("llama.cpp:full --server", ll("--port", "8088"), {}, (8088, FLAG)),
+    ("llama.cpp:full -s", c(image=LLF, args=["-s", "--port", "8089", "--metrics"]), {}, (8089, FLAG)),
+    (
+        "llama.cpp:full without --server runs its tools, not the server",
+        c(image=LLF, args=["--run", "--port", "8090"], ports=ports((None, 8090))),
+        {},
+        settle(f"its port is not proven: its image {LLF} runs an entrypoint the manifest does not show"),
+    ),
+    (
+        "llama.cpp:full with a command runs that command",
+        c(image=LLF, command=["--server"], args=["--port", "8091"]),
+        {},
+        settle("its port is not proven: it runs --server, not llamacpp's server"),
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "container", "choice", "expected"), ENTRY_ROWS, ids=[r[0] for r in ENTRY_ROWS])
+def test_the_port_of_an_entrypoint(
+    name: str, container: dict[str, Any], choice: dict[str, Any], expected: tuple[int, str] | str
+) -> None:
+    assert ENTRY_ROWS
+    decision = decide(container, "pod", Choice(**choice))
+    if expected == "ignore":
+        assert decision.action == "ignore"
+    elif isinstance(expected, str):
+        assert (decision.action, decision.why) == ("skip", expected)
+    else:
+        assert (decision.action, decision.port, decision.port_from) == ("probe", *expected)
+
+
+# The address: one row per place it is read from, and one per way the manifest leaves it open.
+def field(name: str, path: str = "status.podIP") -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+
+
+def unknown_address(why: str, name: str = "engine") -> str:
+    return f"{why} (--container {name} --host-address ADDR settles it)"
+
+
+def vllm(*args: str, **fields: Any) -> dict[str, Any]:
+    return c(args=["--port", "8000", *args], **fields)
+
+
+def sglang(*args: str, **fields: Any) -> dict[str, Any]:
+    return c(image=SG, command=["python3", "-m", "sglang.launch_server", "--enable-metrics", *args], **fields)
+
+
+POD = Address("$(POD_IP)", "")  # the probe reads it at run time; the kubelet reaches the pod's IP
+V6 = Address("[::1]", None)
+# (name, container, choice, expected: an Address, or the skip's why)
+ADDRESSES: list[tuple[str, dict[str, Any], dict[str, Any], Address | str]] = [
+    # Its host flag, a literal.
+    ("0.0.0.0", vllm("--host", "0.0.0.0"), {}, WILD),
+    ("::, IPv6 only under asyncio: [::1], checked inside", sglang("--host", "::"), {}, V6),
+    ("::1", sglang("--host", "::1"), {}, V6),
+    ("::1 written in full", sglang("--host", "0:0:0:0:0:0:0:1"), {}, V6),
+    ("127.0.0.1", vllm("--host", "127.0.0.1"), {}, LOOPBACK),
+    ("another loopback address, exactly", vllm("--host=127.0.0.2"), {}, Address("127.0.0.2", None)),
+    ("localhost: every address it resolves to", vllm("--host", "localhost"), {}, Address("localhost", None)),
+    ("a literal IPv4 address: dialled there", vllm("--host", "10.1.2.3"), {}, Address("10.1.2.3", "10.1.2.3")),
+    ("a literal IPv6 address", vllm("--host", "fd00::5"), {}, Address("[fd00::5]", "fd00::5")),
+    (
+        "a host name",
+        vllm("--host", "vllm-0.vllm"),
+        {},
+        unknown_address("its address is vllm-0.vllm: a name, whose address is not the manifest's to say"),
+    ),
+    (
+        "a scoped IPv6 address",
+        vllm("--host", "fe80::1%eth0"),
+        {},
+        unknown_address("its address is fe80::1%eth0: a name, whose address is not the manifest's to say"),
+    ),
+    ("the last flag wins", vllm("--host", "10.1.2.3", "--host", "0.0.0.0"), {}, WILD),
+    # ... with $(VAR) and $VAR resolved as for the port.
+    ("$(HOST) from env", vllm("--host", "$(HOST)", env=[{"name": "HOST", "value": "0.0.0.0"}]), {}, WILD),
+    (
+        "$(HOST) from a ConfigMap in the input",
+        vllm("--host", "$(HOST)", env=[{"name": "HOST", **key_ref("configMapKeyRef", "cfg", "host")}]),
+        {"configmaps": {"cfg": {"host": "::1"}}},
+        V6,
+    ),
+    ("$(POD_IP), status.podIP", vllm("--host", "$(POD_IP)", env=[field("POD_IP")]), {}, POD),
+    (
+        "$(HOST_IP), status.hostIP",
+        vllm("--host", "$(HOST_IP)", env=[field("HOST_IP", "status.hostIP")]),
+        {},
+        Address("$(HOST_IP)", ""),
+    ),
+    ("--host=$(POD_IP)", vllm("--host=$(POD_IP)", env=[field("POD_IP")]), {}, POD),
+    (
+        "an env value naming the pod's IP",
+        vllm("--host", "$(HOST)", env=[field("POD_IP"), {"name": "HOST", "value": "$(POD_IP)"}]),
+        {},
+        POD,
+    ),
+    ("$POD_IP in a script", sh("vllm serve m --host $POD_IP", env=[field("POD_IP")]), {}, POD),
+    ("${POD_IP} in a script", sh("vllm serve m --host ${POD_IP}", env=[field("POD_IP")]), {}, POD),
+    (
+        "$(POD_IP) in a script: the kubelet's, then the same value the shell reads",
+        sh("vllm serve m --host $(POD_IP) --port 9000", env=[field("POD_IP")]),
+        {},
+        POD,
+    ),
+    (
+        "status.podIPs: a list",
+        vllm("--host", "$(IPS)", env=[field("IPS", "status.podIPs")]),
+        {},
+        unknown_address("its address is $(IPS): IPS holds the pod's status.podIPs, not its IP (status.podIP)"),
+    ),
+    (
+        "more than the variable",
+        vllm("--host", "[$(POD_IP)]", env=[field("POD_IP")]),
+        {},
+        unknown_address("its address is [$(POD_IP)]: POD_IP is from its fieldRef, which the manifest does not show"),
+    ),
+    (
+        "a fieldRef, then a Secret: the last wins",
+        vllm("--host", "$(POD_IP)", env=[field("POD_IP"), {"name": "POD_IP", **key_ref("secretKeyRef", "s")}]),
+        {},
+        unknown_address("its address is $(POD_IP): POD_IP is from Secret s, which inject does not read"),
+    ),
+    (
+        "a Secret",
+        vllm("--host", "$(HOST)", env=[{"name": "HOST", **key_ref("secretKeyRef", "s")}]),
+        {},
+        unknown_address("its address is $(HOST): HOST is from Secret s, which inject does not read"),
+    ),
+    (
+        "a ConfigMap not in the input",
+        vllm("--host", "$(HOST)", envFrom=[cm("cfg")]),
+        {},
+        unknown_address(
+            "its address is $(HOST): HOST may come from its envFrom ConfigMap cfg, which is not in the input"
+        ),
+    ),
+    (
+        "set nowhere",
+        vllm("--host", "$(HOST)"),
+        {},
+        unknown_address("its address is $(HOST): HOST is set nowhere in the manifest"),
+    ),
+    (
+        "a container without a name",
+        {"image": "vllm/vllm-openai:v0.11.0", "args": ["--host", "h"]},
+        {},
+        unknown_address("its address is h: a name, whose address is not the manifest's to say", "NAME"),
+    ),
+    (
+        "a command substitution",
+        sh("vllm serve m --host $(hostname -i)"),
+        {},
+        unknown_address("its address is $: it depends on what the manifest does not show"),
+    ),
+    (
+        "vLLM on a UNIX socket",
+        vllm("--uds", "/tmp/v.sock"),
+        {},
+        unknown_address("it serves on a UNIX socket (--uds), which the probe does not dial"),
+    ),
+    (
+        "llama.cpp on a UNIX socket",
+        ll("--host", "/tmp/llama.sock"),
+        {},
+        unknown_address("its address is /tmp/llama.sock: a UNIX socket, which the probe does not dial"),
+    ),
+    # The engine's own address variable.
+    ("LLAMA_ARG_HOST", ll(env=[{"name": "LLAMA_ARG_HOST", "value": "10.1.2.3"}]), {}, Address("10.1.2.3", "10.1.2.3")),
+    ("LLAMA_ARG_HOST, status.podIP", ll(env=[field("LLAMA_ARG_HOST")]), {}, Address("$(LLAMA_ARG_HOST)", "")),
+    (
+        "the flag wins over LLAMA_ARG_HOST",
+        ll("--host", "0.0.0.0", env=[{"name": "LLAMA_ARG_HOST", "value": "::1"}]),
+        {},
+        WILD,
+    ),
+    (
+        "LLAMA_ARG_HOST from a Secret",
+        ll(env=[{"name": "LLAMA_ARG_HOST", **key_ref("secretKeyRef", "s")}]),
+        {},
+        unknown_address(
+            "its address is $(LLAMA_ARG_HOST): LLAMA_ARG_HOST is from Secret s, which inject does not read"
+        ),
+    ),
+    (
+        "LLAMA_ARG_HOST perhaps overwritten by a Secret",
+        ll(envFrom=[cm("a"), SECRET], ports=ports((None, 8080))),
+        {"configmaps": {"a": {"LLAMA_ARG_HOST": "0.0.0.0"}}},
+        unknown_address(f"its address is $(LLAMA_ARG_HOST): LLAMA_ARG_HOST is perhaps overwritten by {HIDDEN_SECRET}"),
+    ),
+    (
+        "an envFrom inject cannot read holds no pod's address: the default",
+        ll(envFrom=[SECRET], ports=ports((None, 8080))),
+        {},
+        LOOPBACK,
+    ),
+    ("vLLM reads no address variable", vllm(env=[{"name": "LLAMA_ARG_HOST", "value": "10.1.2.3"}]), {}, WILD),
+    # Its default.
+    ("vLLM: all IPv4 interfaces", vllm(), {}, WILD),
+    ("SGLang: 127.0.0.1", sglang(), {}, LOOPBACK),
+    ("llama.cpp: 127.0.0.1", ll(), {}, LOOPBACK),
+    (
+        "an engine inject does not know: not its flags to read",
+        c(image="python:3.12", args=["--port", "80", "--host", "::1"]),
+        {"container": "engine"},
+        WILD,
+    ),
+    # --host-address settles what the manifest leaves open, never against it.
+    ("--host-address over a default", sglang(), {"container": "engine", "host": "0.0.0.0"}, WILD),
+    ("--host-address: the pod's IP", sglang(), {"container": "engine", "host": "$(MY_IP)"}, Address("$(MY_IP)", "")),
+    (
+        "--host-address settles a name",
+        vllm("--host", "vllm-0.vllm"),
+        {"container": "engine", "host": "10.1.2.3"},
+        Address("10.1.2.3", "10.1.2.3"),
+    ),
+    ("--host-address agrees", vllm("--host", "::1"), {"container": "engine", "host": "::1"}, V6),
+    (
+        "--host-address against its flag",
+        vllm("--host", "::1"),
+        {"container": "engine", "host": "0.0.0.0"},
+        unknown_address("its address is ::1 (--host in its command), not the 0.0.0.0 --host-address gives"),
+    ),
+    (
+        "--host-address against its variable",
+        ll(env=[{"name": "LLAMA_ARG_HOST", "value": "::1"}]),
+        {"container": "engine", "host": "0.0.0.0"},
+        unknown_address("its address is ::1 (LLAMA_ARG_HOST), not the 0.0.0.0 --host-address gives"),
+    ),
+    (
+        "--host-address for an engine inject does not know",
+        c(image="python:3.12", args=["--port", "80"]),
+        {"container": "engine", "host": "::1"},
+        V6,
+    ),
+    (
+        "--host-address does not open a UNIX socket",
+        vllm("--uds", "/s"),
+        {"container": "engine", "host": "0.0.0.0"},
+        unknown_address("it serves on a UNIX socket (--uds), which the probe does not dial"),
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "container", "given", "expected"), ADDRESSES, ids=[r[0] for r in ADDRESSES])
+def test_the_address(name: str, container: dict[str, Any], given: dict[str, Any], expected: Address | str) -> None:
+    assert ADDRESSES
+    configmaps = given.pop("configmaps", None) if "configmaps" in given else None
+    decision = decide(container, "pod", Choice(**given), Context(configmaps))
+    given.update({"configmaps": configmaps} if configmaps is not None else {})
+    if isinstance(expected, str):
+        assert (decision.action, decision.why, decision.address) == ("skip", expected, None)
+    else:
+        assert (decision.action, decision.address) == ("probe", expected), decision
+
+
+def test_a_script_keeps_its_port_after_the_pods_ip() -> None:
+    """`$(POD_IP)` in a script is the kubelet's: read as a command substitution, it split the command and
+    lost the port flag after it."""
+    decision = decide(sh("vllm serve m --host $(POD_IP) --port 9000", env=[field("POD_IP")]), "pod", Choice())
+    assert (decision.port, decision.port_from, decision.address) == (9000, FLAG, POD)
+
+
+# The interpreter the probe runs with: one row per way it is proven, one per way it is not.
+def no_python(image: str, way: str = "") -> str:
+    return f"its image {image} has no python3, which the probe runs with ({way}--python PATH names the image's own)"
+
+
+def unknown_image(image: str, way: str = "") -> str:
+    return (
+        f"its image {image} is not one inject knows to have a python3, which the probe runs with ({way}--python "
+        "PATH names the image's own)"
+    )
+
+
+FULL = "ghcr.io/ggml-org/llama.cpp:full (--server first in its args) has one, or "
+PYTHON_NOTE = (
+    "image {} is not one inject knows; {} is a Python program, so the probe runs with python3 (--python PATH "
+    "names another)"
+)
+# (name, container, choice, expected: (the interpreter, the note) for a probe, else the skip's why)
+INTERPRETERS: list[tuple[str, dict[str, Any], dict[str, Any], tuple[str, str] | str]] = [
+    # An image known to carry python3.
+    ("vllm/vllm-openai", c(args=["--port", "8000"]), {}, ("python3", "")),
+    ("lmsysorg/sglang", sglang(), {}, ("python3", "")),
+    ("llama.cpp:full", ll(), {}, ("python3", "")),
+    (
+        "llama.cpp:full-cuda, mirrored",
+        c(image="mirror.io/ggerganov/llama.cpp:full-cuda", args=["--server"]),
+        {},
+        ("python3", ""),
+    ),
+    # An image known to carry none: the way out named.
+    ("llama.cpp:server", c(image=LL, args=["--port", "8080"]), {}, no_python(LL, FULL)),
+    (
+        "llama.cpp:server-cuda, by digest",
+        c(image="ghcr.io/ggml-org/llama.cpp:server-cuda@sha256:abc", args=["--port", "8080"]),
+        {},
+        no_python("ghcr.io/ggml-org/llama.cpp:server-cuda@sha256:abc", FULL),
+    ),
+    (
+        "the older ghcr.io/ggerganov/llama.cpp:server-b4567",
+        c(image="ghcr.io/ggerganov/llama.cpp:server-b4567", args=["--port", "8080"]),
+        {},
+        no_python("ghcr.io/ggerganov/llama.cpp:server-b4567", FULL),
+    ),
+    (
+        "distroless",
+        c(image="gcr.io/distroless/cc-debian12", command=["/llama-server", "--port", "8080"]),
+        {},
+        no_python("gcr.io/distroless/cc-debian12", FULL),
+    ),
+    (
+        "--python names the image's own",
+        c(image=LL, args=["--port", "8080"]),
+        {"python": "/opt/py/bin/python3"},
+        ("/opt/py/bin/python3", ""),
+    ),
+    # A C++ engine in an image inject does not know: skipped.
+    (
+        "llama-server in an image inject does not know",
+        c(image="me/llm:1", command=["/usr/bin/llama-server", "--port", "8080"]),
+        {},
+        unknown_image("me/llm:1", FULL),
+    ),
+    (
+        "a registry's port is no tag",
+        c(image="registry:5000/llama.cpp", command=["llama-server", "--port", "8080"]),
+        {},
+        unknown_image("registry:5000/llama.cpp", FULL),
+    ),
+    (
+        "--python for it",
+        c(image="me/llm:1", command=["/usr/bin/llama-server", "--port", "8080"]),
+        {"python": "python3.11"},
+        ("python3.11", ""),
+    ),
+    # A command that runs a Python interpreter: the probe runs with the same word.
+    (
+        "its command runs python3.12 by its path",
+        c(image="me/sg:1", command=["/opt/venv/bin/python3.12", "-m", "sglang.launch_server", "--enable-metrics"]),
+        {},
+        ("/opt/venv/bin/python3.12", ""),
+    ),
+    (
+        "its command runs python",
+        c(image="me/vllm:1", command=["python", "-m", "vllm.entrypoints.openai.api_server"]),
+        {},
+        ("python", ""),
+    ),
+    (
+        "a script that runs python3 before the server",
+        sh("python3 fetch.py && exec llama-server --port 8080 --metrics", image="me/llm:1"),
+        {},
+        ("python3", ""),
+    ),
+    (
+        "the server's own interpreter first",
+        sh("python fetch.py; exec /usr/bin/python3 -m vllm.entrypoints.openai.api_server", image="me/vllm:1"),
+        {},
+        ("/usr/bin/python3", ""),
+    ),
+    (
+        "--python wins over its command's",
+        c(image="me/vllm:1", command=["python", "-m", "vllm.entrypoints.openai.api_server"]),
+        {"python": "python3.12"},
+        ("python3.12", ""),
+    ),
+    (
+        "a word that only starts like python",
+        sh("pythonista run && exec llama-server --port 8080 --metrics", image="me/llm:1"),
+        {},
+        unknown_image("me/llm:1", FULL),
+    ),
+    (
+        "python-config is no interpreter",
+        sh("python3-config --libs && exec llama-server --port 8080 --metrics", image="me/llm:1"),
+        {},
+        unknown_image("me/llm:1", FULL),
+    ),
+    # A Python engine in an image inject does not know: python3, said.
+    (
+        "vllm serve in an image inject does not know",
+        c(image="me/vllm:1", command=["vllm", "serve", "m"]),
+        {},
+        ("python3", PYTHON_NOTE.format("me/vllm:1", "vllm")),
+    ),
+    (
+        "NVIDIA's vLLM image",
+        c(image="nvcr.io/nvidia/vllm:25.09-py3", args=["vllm", "serve", "m"], ports=ports(("http", 8000))),
+        {},
+        ("python3", PYTHON_NOTE.format("nvcr.io/nvidia/vllm:25.09-py3", "vllm")),
+    ),
+    (
+        "vLLM in an image known to have none",
+        c(image="gcr.io/distroless/base", command=["vllm", "serve", "m"]),
+        {},
+        no_python("gcr.io/distroless/base"),
+    ),
+    # An engine inject does not know, in the container --container names.
+    ("an official Python image", c(image="python:3.12-slim", args=["--port", "80"]), NAMED, ("python3", "")),
+    (
+        "distroless's python3",
+        c(image="gcr.io/distroless/python3-debian12", args=["--port", "80"]),
+        NAMED,
+        ("python3", ""),
+    ),
+    ("an image inject does not know", c(image="nginx:1.27", args=["--port", "80"]), NAMED, unknown_image("nginx:1.27")),
+    ("ollama", c(image="ollama/ollama:0.5", args=["--port", "80"]), NAMED, no_python("ollama/ollama:0.5")),
+    ("scratch", c(image="scratch", args=["--port", "80"]), NAMED, no_python("scratch")),
+]
+
+
+@pytest.mark.parametrize(("name", "container", "choice", "expected"), INTERPRETERS, ids=[r[0] for r in INTERPRETERS])
+def test_the_interpreter(
+    name: str, container: dict[str, Any], choice: dict[str, Any], expected: tuple[str, str] | str
+) -> None:
+    assert INTERPRETERS
+    decision = decide(container, "pod", Choice(**choice))
+    if isinstance(expected, str):
+        assert (decision.action, decision.why, decision.python) == ("skip", expected, "")
+    else:
+        assert (decision.action, decision.python, decision.notes) == (
+            "probe",
+            expected[0],
+            tuple(filter(None, [expected[1]])),
+        )
+
+
+# The API key: the probe reads it where the engine does, and is never given it.
+def secret(name: str) -> dict[str, Any]:
+    return {"name": name, **key_ref("secretKeyRef", "llm", "api-key")}
+
+
+def literal_key(flag: str = "--api-key") -> str:
+    return (
+        f"its {flag} is written into its command, which the probe never copies into its own, so the probe sends "
+        f"no key (put the key in a Secret and give it as {flag} $(VAR))"
+    )
+
+
+# (name, container, context, expected: (the probe's key flags, what is said))
+KEYS: list[tuple[str, dict[str, Any], dict[str, Any], tuple[tuple[str, ...], str]]] = [
+    (
+        "vLLM --api-key $(KEY), a Secret",
+        vllm("--api-key", "$(KEY)", env=[secret("KEY")]),
+        {},
+        (("--api-key-env", "KEY"), ""),
+    ),
+    (
+        "a value in the manifest: the variable, never the value",
+        vllm("--api-key", "$(KEY)", env=[{"name": "KEY", "value": "sk-in-the-manifest"}]),
+        {},
+        (("--api-key-env", "KEY"), ""),
+    ),
+    (
+        "a ConfigMap's",
+        vllm("--api-key=$(KEY)", envFrom=[cm("cfg")]),
+        {"configmaps": {"cfg": {"KEY": "sk-1"}}},
+        (("--api-key-env", "KEY"), ""),
+    ),
+    (
+        "SGLang ${KEY} in a script",
+        sh("python3 -m sglang.launch_server --enable-metrics --api-key ${KEY}", image=SG, env=[secret("KEY")]),
+        {},
+        (("--api-key-env", "KEY"), ""),
+    ),
+    ("$KEY in a script", sh("vllm serve m --api-key $KEY", env=[secret("KEY")]), {}, (("--api-key-env", "KEY"), "")),
+    (
+        "$(KEY) in a script",
+        sh("vllm serve m --api-key $(KEY)", env=[secret("KEY")]),
+        {},
+        (("--api-key-env", "KEY"), ""),
+    ),
+    (
+        "llama.cpp --api-key $(KEY) from an envFrom Secret",
+        ll("--api-key", "$(KEY)", envFrom=[SECRET], ports=ports((None, 8080))),
+        {},
+        (("--api-key-env", "KEY"), ""),
+    ),
+    (
+        "a variable no one sets",
+        sh("KEY=x vllm serve m --api-key $KEY"),
+        {},
+        (
+            (),
+            "its --api-key is $KEY, which no variable of the container sets, so the probe cannot read it (give it "
+            "as --api-key $(VAR), VAR from a Secret)",
+        ),
+    ),
+    ("a literal", vllm("--api-key", "sk-literal-1"), {}, ((), literal_key())),
+    ("more than a variable", vllm("--api-key", "sk-$(SUFFIX)", env=[secret("SUFFIX")]), {}, ((), literal_key())),
+    (
+        "the last flag wins",
+        vllm("--api-key", "sk-1", "--api-key", "$(KEY)", env=[secret("KEY")]),
+        {},
+        (("--api-key-env", "KEY"), ""),
+    ),
+    # Its file of keys, read where it reads it.
+    ("llama.cpp --api-key-file", ll("--api-key-file", "/keys/api"), {}, (("--api-key-file", "/keys/api"), "")),
+    (
+        "--api-key-file $(KEYS), from env",
+        ll("--api-key-file", "$(KEYS)", env=[{"name": "KEYS", "value": "/k/keys"}]),
+        {},
+        (("--api-key-file", "/k/keys"), ""),
+    ),
+    (
+        "--api-key-file $(KEYS), from a Secret",
+        ll("--api-key-file", "$(KEYS)", env=[secret("KEYS")]),
+        {},
+        ((), "its file of API keys is $(KEYS), which the manifest does not show, so the probe sends no key"),
+    ),
+    (
+        "LLAMA_ARG_API_KEY_FILE",
+        ll(env=[{"name": "LLAMA_ARG_API_KEY_FILE", "value": "/k"}]),
+        {},
+        (("--api-key-file", "/k"), ""),
+    ),
+    (
+        "LLAMA_ARG_API_KEY_FILE from a Secret",
+        ll(env=[secret("LLAMA_ARG_API_KEY_FILE")]),
+        {},
+        (
+            (),
+            "its file of API keys is $(LLAMA_ARG_API_KEY_FILE), which the manifest does not show, so the probe "
+            "sends no key",
+        ),
+    ),
+    (
+        "the file flag wins over its variable",
+        ll("--api-key-file", "/a", env=[{"name": "LLAMA_ARG_API_KEY_FILE", "value": "/b"}]),
+        {},
+        (("--api-key-file", "/a"), ""),
+    ),
+    (
+        "the key flag wins over the file",
+        ll("--api-key-file", "/a", "--api-key", "$(KEY)", env=[secret("KEY")]),
+        {},
+        (("--api-key-env", "KEY"), ""),
+    ),
+    ("vLLM has no file of keys", vllm("--api-key-file", "/a"), {}, ((), "")),
+    (
+        "a key flag beside the server is another program's",
+        sh("vllm serve m --port 8000 & proxy --api-key $(OTHER)", env=[secret("OTHER")]),
+        {},
+        ((), ""),
+    ),
+    # Its own key variable: the probe reads it by itself.
+    ("VLLM_API_KEY", vllm(env=[secret("VLLM_API_KEY")]), {}, ((), "")),
+    ("LLAMA_API_KEY", ll(env=[secret("LLAMA_API_KEY")]), {}, ((), "")),
+    (
+        "an engine inject does not know",
+        c(image="python:3.12", args=["--port", "80", "--api-key", "$(KEY)"], env=[secret("KEY")]),
+        {"container": "engine"},
+        ((), ""),
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "container", "context", "expected"), KEYS, ids=[r[0] for r in KEYS])
+def test_the_key(
+    name: str, container: dict[str, Any], context: dict[str, Any], expected: tuple[tuple[str, ...], str]
+) -> None:
+    assert KEYS
+    named = context.pop("container", None)
+    decision = decide(container, "pod", Choice(container=named), Context(**context))
+    if named is not None:
+        context["container"] = named
+    assert (decision.action, decision.key, decision.notes) == ("probe", expected[0], tuple(filter(None, [expected[1]])))
+    assert "sk-" not in repr(decision.key) + " ".join(decision.notes)  # a key is never copied
+
+
+def test_the_images_that_carry_python3() -> None:
+    """serving.IMAGES read by tag and repository, a registry or a mirror before it."""
+    carries = {
+        "vllm/vllm-openai:v0.11.0": True,
+        "docker.io/vllm/vllm-openai": True,
+        "lmsysorg/sglang:latest": True,
+        "ghcr.io/ggml-org/llama.cpp:full": True,
+        "ghcr.io/ggml-org/llama.cpp:full-cuda-b4567": True,
+        "ghcr.io/ggml-org/llama.cpp:server": False,
+        "ghcr.io/ggml-org/llama.cpp:server-vulkan": False,
+        "ghcr.io/ggml-org/llama.cpp:server-rocm": False,
+        "ghcr.io/ggml-org/llama.cpp:server-musa": False,
+        "ghcr.io/ggml-org/llama.cpp:server-intel": False,
+        "ghcr.io/ggml-org/llama.cpp:light": False,
+        "ghcr.io/ggerganov/llama.cpp:server": False,
+        "ghcr.io/ggml-org/llama.cpp": None,  # latest: no such tag
+        "ollama/ollama": False,
+        "gcr.io/distroless/static-debian12": False,
+        "gcr.io/distroless/python3-debian12:nonroot": True,
+        "rlcr.io/ramalama/llamacpp-cpu-distroless:latest": False,
+        "python:3.12-slim": True,
+        "docker.io/library/python": True,
+        "scratch": False,
+        "opea/vllm:latest": None,
+        "my-llama.cpp:server": None,
+        "localhost:5000/llama.cpp:server": False,
+        "localhost:5000/llama.cpp": None,
+    }
+    assert {image: python_in(image) for image in carries} == carries
 
 
 def test_engines_are_named_by_image_or_command() -> None:
@@ -1190,6 +1891,31 @@ def test_the_kubelets_expansion() -> None:
     }
 
 
+def test_the_variables_a_container_sets_stand_for_themselves() -> None:
+    env = environment(
+        {
+            "env": [
+                {"name": "A", "value": "1"},
+                {"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                {"name": "B", "valueFrom": {"fieldRef": "x"}},
+            ]
+        }
+    )
+    assert (env.fields, standing(env).values, standing(env).unknown) == (
+        {"IP": "status.podIP"},
+        {"A": "${A}", "IP": "${IP}", "B": "${B}"},
+        {},
+    )
+    script = {"command": ["sh", "-c", "run --a $(A) --ip $(IP) --b=$(B) --c $(C) $$(IP)"]}
+    assert command_lines(script, env) == [
+        ["run", "--a", "1", "--ip", "${IP}", "--b=${B}", "--c", "$"],
+        ["C"],
+        ["$"],
+        ["IP"],
+    ]
+    assert command_lines({"args": ["--ip", "$(IP)"]}, env) == [["--ip", "$(IP)"]]  # no shell: as written
+
+
 def test_command_lines() -> None:
     assert command_lines({}, Env()) == []
     assert command_lines({"command": ["bash", "-ex", "-c", "a --x_y=1", "sh"]}, Env()) == [["a", "--x-y=1"]]
@@ -1220,8 +1946,9 @@ def test_has_flag() -> None:
 
 def test_a_decision_shows_every_field() -> None:
     assert repr(Decision("skip", "why")) == (
-        "Decision({'action': 'skip', 'enable': ('', ''), 'engine': None, 'liveness': '', 'loopback': False, "
-        "'port': 0, 'port_from': '', 'readiness': '', 'startup': False, 'why': 'why'})"
+        "Decision({'action': 'skip', 'address': None, 'enable': ('', ''), 'engine': None, 'key': (), "
+        "'liveness': '', 'notes': (), 'port': 0, 'port_from': '', 'python': '', 'readiness': '', "
+        "'startup': False, 'why': 'why'})"
     )
 
 

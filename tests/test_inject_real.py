@@ -120,8 +120,23 @@ EXPECTED: dict[str, tuple[list[str], list[tuple[tuple[Any, ...], int, bool]]]] =
     ),
     "opea-genaiinfra-vllm-306b573.yaml": (
         [
-            "deployment/vllm container vllm: skipped: its port is not proven: its image opea/vllm:latest runs an "
-            "entrypoint the manifest does not show (--container vllm --port N settles it)"
+            "deployment/vllm container vllm: replaced the liveness probe (vllm, port 2080 from --port in its args, "
+            "as its containerPort says)"
+        ],
+        [(("spec", "template", "spec", "containers", 0), 2080, False)],
+    ),
+    "boettiger-sglang-nemotron-3f7e02c.yaml": (
+        [
+            "deployment/nemotron container sglang: added the liveness probe (sglang, port 8000 from --port in its "
+            "command)"
+        ],
+        [(("spec", "template", "spec", "containers", 0), 8000, True)],
+    ),
+    "kubeai-llama-server-cuda-cc91e82.yaml": (
+        [
+            "deployment/llama-server container llama: skipped: its image ghcr.io/ggml-org/llama.cpp:server-cuda has "
+            "no python3, which the probe runs with (ghcr.io/ggml-org/llama.cpp:full (--server first in its args) has "
+            "one, or --python PATH names the image's own)"
         ],
         [],
     ),
@@ -386,7 +401,13 @@ def test_a_port_from_a_configmap_in_the_same_input() -> None:
     and Helm give them), the port is read from it; the Deployment's text keeps every byte it did not change."""
     configmap = (MANIFESTS / "ramalama-k8s-base-configmap-c6c334e.yaml").read_text()
     deployment = (MANIFESTS / "ramalama-k8s-base-model-deployment-c6c334e.yaml").read_text()
-    done = run(f"{configmap}\n---\n{deployment}\n")
+    bare = run(f"{configmap}\n---\n{deployment}\n")
+    assert bare.stderr.startswith(  # its image is a placeholder kustomize fills: no python3 inject knows of
+        "stallprobe inject: deployment/ramalama-deployment container ramalama: skipped: its image MODEL_IMAGE is "
+        "not one inject knows to have a python3, which the probe runs with (ghcr.io/ggml-org/llama.cpp:full "
+        "(--server first in its args) has one, or --python PATH names the image's own)"
+    )
+    done = run(f"{configmap}\n---\n{deployment}\n", "--python", "/usr/bin/python3")
     assert done.returncode == 0, done.stderr
     assert done.stderr.splitlines()[0].startswith(
         "stallprobe inject: deployment/ramalama-deployment container ramalama: added the liveness probe (llamacpp, "
@@ -396,6 +417,7 @@ def test_a_port_from_a_configmap_in_the_same_input() -> None:
     assert [d["kind"] for d in docs] == ["ConfigMap", "Deployment", "ConfigMap"]
     assert docs[0] == yaml.safe_load(configmap)  # read, not changed
     engine = docs[1]["spec"]["template"]["spec"]["containers"][0]
+    assert engine["livenessProbe"]["exec"]["command"][0] == "/usr/bin/python3"
     assert "http://127.0.0.1:8080/metrics" in engine["livenessProbe"]["exec"]["command"]
     assert engine["startupProbe"]["httpGet"] == {"path": "/health", "port": 8080}  # HOST is 0.0.0.0 there
     assert {"name": "LLAMA_ARG_ENDPOINT_METRICS", "value": "1"} in engine["env"]
@@ -404,6 +426,11 @@ def test_a_port_from_a_configmap_in_the_same_input() -> None:
     # In another namespace the ConfigMap says nothing about this Deployment's PORT.
     elsewhere = configmap.replace("  name: ramalama-config\n", "  name: ramalama-config\n  namespace: other\n")
     assert "PORT may come from its envFrom ConfigMap ramalama-config" in run(f"{elsewhere}\n---\n{deployment}").stderr
+    # A host the ConfigMap does not hold: `--host $(HOST)` is left as written, no address.
+    unknown = configmap.replace('HOST: "0.0.0.0"', "")
+    assert unknown != configmap
+    skipped = run(f"{unknown}\n---\n{deployment}", "--python", "/usr/bin/python3").stderr
+    assert "skipped: its address is $(HOST): HOST is set nowhere in the manifest (--container ramalama" in skipped
 
 
 def test_container_settles_a_rendered_chart_whose_image_the_manifest_does_not_show() -> None:
@@ -426,3 +453,33 @@ def test_container_settles_a_rendered_chart_whose_image_the_manifest_does_not_sh
     alone = run(text, "--port", "2080")
     assert (alone.returncode, alone.stdout) == (ExitCode.USAGE, "")
     assert "--port needs --container NAME" in alone.stderr
+
+
+def test_a_key_in_a_flag_is_read_from_its_variable_and_never_copied() -> None:
+    """NVIDIA's SGLang image, started with `python -m sglang.launch_server ... --api-key $(SGLANG_API_KEY)`, the
+    key from a Secret: the probe runs with the same `python`, reads the key from SGLANG_API_KEY at run time,
+    and the kubelet's httpGet guards the start (it binds 0.0.0.0)."""
+    done = run((MANIFESTS / "boettiger-sglang-nemotron-3f7e02c.yaml").read_text())
+    assert done.returncode == 0, done.stderr
+    engine = workload(yaml.safe_load_all(done.stdout))["spec"]["template"]["spec"]["containers"][0]
+    command = engine["livenessProbe"]["exec"]["command"]
+    assert command[0] == "python"
+    assert command[command.index("--api-key-env") + 1] == "SGLANG_API_KEY"
+    assert "--api-key" not in command
+    assert "$(SGLANG_API_KEY)" not in command
+    assert engine["startupProbe"]["httpGet"] == {"path": "/health", "port": 8000}
+    assert engine["readinessProbe"]["exec"]["command"][: len(command)] == command
+
+
+def test_llama_cpps_server_image_is_probed_only_with_an_interpreter_named() -> None:
+    """llama.cpp's server image has no python3: skipped, saying so; with --python PATH (an image the user
+    knows has one), the probe runs with it, dialling loopback, and the kubelet guards the start (0.0.0.0)."""
+    text = (MANIFESTS / "kubeai-llama-server-cuda-cc91e82.yaml").read_text()
+    done = run(text, "--python", "/usr/local/bin/python3")
+    assert done.returncode == 0, done.stderr
+    engine = workload(yaml.safe_load_all(done.stdout))["spec"]["template"]["spec"]["containers"][0]
+    command = engine["livenessProbe"]["exec"]["command"]
+    assert command[0] == "/usr/local/bin/python3"
+    assert "http://127.0.0.1:8080/metrics" in command
+    assert engine["startupProbe"]["httpGet"] == {"path": "/health", "port": 8080}
+    assert {"name": "LLAMA_ARG_ENDPOINT_METRICS", "value": "1"} in engine["env"]

@@ -310,7 +310,7 @@ def test_a_key_file_wins_and_a_bad_one_is_a_usage_error(stub: StubEngine, tmp_pa
     code, line = probe(stub, state, "--api-key-file", str(tmp_path / "absent"))
     assert (code, line) == (ExitCode.USAGE, f"error: --api-key-file {tmp_path / 'absent'}: No such file or directory")
     # A file of keys, one a line (llama.cpp's --api-key-file): the first is sent.
-    key.write_text("\nsk-first\nsk-second\n")
+    key.write_text("# the keys of the llama-server\n\nsk-first\nsk-second\n")
     probe(stub, state, "--api-key-file", str(key))
     assert stub.requests[-1].header("Authorization") == "Bearer sk-first"
     key.write_text("two words\nlines\n")

@@ -774,7 +774,10 @@ USAGE: list[tuple[list[str], str]] = [
     (["http://h/metrics", "--cooldown", "-5"], "--cooldown must be a number >= 0 (got '-5')"),
     (["http://h/metrics", "--cooldown", "nan"], "--cooldown must be a number >= 0 (got 'nan')"),
     (["http://h/metrics", "--hook-timeout", "0"], "--hook-timeout must be a number > 0 (got '0')"),
-    (["http://h/metrics", "--engine", "tgi"], "--engine must be one of auto, vllm, sglang, llamacpp (got 'tgi')"),
+    (
+        ["http://h/metrics", "--engine", "tgi"],
+        "--engine must be one of auto, vllm, sglang, llamacpp, lmdeploy, trtllm (got 'tgi')",
+    ),
     (["http://h/metrics", "--interval", "1", "--interval", "2"], "--interval given 2 times"),
     (["http://h/metrics", "--on-stalled", "restart 'vllm"], "--on-stalled cannot be split into words: No closing"),
     (["http://h/metrics", "--on-stalled", " "], "--on-stalled must name a command (got ' ')"),

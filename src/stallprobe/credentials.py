@@ -32,7 +32,7 @@ def key_source(path: str | None, environ: Mapping[str, str], variable: str | Non
 
 
 def api_key(path: str | None, environ: Mapping[str, str], variable: str | None = None) -> str:
-    """The API key to send: the first key of the file at `path` (one a line), else of the variable
+    """The API key to send: the first key of the file at `path` (one a line, `#` comments skipped), else of the variable
     `variable` (comma-separated), else of the engine's own variable in `environ`; "" when there is none.
     UsageError when the file cannot be read, or the file or a variable named holds no usable key; the key
     itself is never shown."""
@@ -43,7 +43,9 @@ def api_key(path: str | None, environ: Mapping[str, str], variable: str | None =
                 text = f.read(_MAX_FILE).decode("utf-8", "replace")
         except OSError as exc:
             raise UsageError(f"{name} {path}: {exc.strerror}") from None
-        key = next((line.strip() for line in text.splitlines() if line.strip()), "")
+        # A file of keys as llama.cpp's --api-key-file reads it: one a line, blank lines and comments skipped.
+        keys = (line.strip() for line in text.splitlines())
+        key = next((line for line in keys if line and not line.startswith("#")), "")
     elif variable is not None:
         if variable not in environ:
             raise UsageError(f"{name}: {variable} is not set in the environment")

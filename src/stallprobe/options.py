@@ -510,8 +510,9 @@ PYTHON = Option(
     "PYTHON",
     read_nonempty,
     None,
-    "also ship bytecode for this interpreter, the image's (python3.12): ~10 ms less CPU a run",
-    shown="none",
+    "the image's interpreter (python3.12, /opt/conda/bin/python): the probe's command runs it, and the "
+    "archive ships bytecode for it where it runs here too (~10 ms less CPU a run)",
+    shown="python3, or the one the container's command runs",
 )
 
 # Half an hour for the model to load before inject's startup guard gives up: a 405B model pulled from a
@@ -554,6 +555,15 @@ INJECT_PORT = Option(
     None,
     "with --container: the port its engine serves HTTP on, where the manifest does not show it; --print-probe's",
     shown="none",
+)
+HOST_ADDRESS = Option(
+    "--host-address",
+    "ADDR",
+    read_nonempty,
+    None,
+    "with --container: the address its engine binds, where the manifest does not show it (0.0.0.0, ::1, "
+    "10.0.0.5, or $(VAR) for a variable holding the pod's IP); --print-probe's",
+    shown="from the manifest",
 )
 OUTPUT = Option("--output", "FORMAT", read_nonempty, "yaml", "with --print-probe: yaml or json")
 
@@ -632,5 +642,6 @@ INJECT = (
     CHECK,
     PRINT_PROBE,
     INJECT_PORT,
+    HOST_ADDRESS,
     OUTPUT,
 )

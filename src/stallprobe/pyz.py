@@ -36,7 +36,7 @@ from pathlib import Path
 
 from .errors import UsageError
 
-__all__ = ["HOT", "SOMETIMES", "build", "bytecode", "launcher"]
+__all__ = ["HOT", "SOMETIMES", "PythonNotHere", "build", "bytecode", "launcher"]
 
 PACKAGE = Path(__file__).resolve().parent
 
@@ -217,6 +217,11 @@ json.dump({"version": "%d.%d" % sys.version_info[:2], "bundle": bundle.hex()}, s
 """
 
 
+class PythonNotHere(UsageError):
+    """--python names an interpreter this machine does not have (the image's, python3.12 where there is
+    none): the archive can still be built, without the bytecode for it."""
+
+
 def _shown(python: str) -> str:
     return python if python.isprintable() else repr(python)  # a path with a newline stays on one line
 
@@ -236,6 +241,8 @@ def _compile(python: str, job: dict[str, object]) -> tuple[int, str, str]:
             stderr=subprocess.PIPE,
             start_new_session=True,
         )
+    except FileNotFoundError as exc:  # the image's interpreter, which this machine need not have
+        raise PythonNotHere(f"--python {shown}: {exc.strerror} here") from None
     except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
         raise UsageError(f"--python {shown}: {getattr(exc, 'strerror', None) or exc}") from None
     with proc:
@@ -256,8 +263,8 @@ def _compile(python: str, job: dict[str, object]) -> tuple[int, str, str]:
 
 def bytecode(python: str, entries: list[tuple[str, bytes]]) -> tuple[str, bytes]:
     """Compile the bundle with `python` from the archive's entries (the HOT ones are bundled): its
-    version and the bundle's bytes. UsageError when `python` cannot be run, fails, hangs, or answers as no
-    Python does."""
+    version and the bundle's bytes. PythonNotHere when there is no `python` here to run; UsageError when
+    it cannot be run, fails, hangs, or answers as no Python does."""
     sources = {name: data.decode("utf-8") for name, data in entries if name in HOT}
     status, out, last = _compile(python, {"boot": BOOT, "modules": sources})
     shown = _shown(python)

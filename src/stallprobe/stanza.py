@@ -8,17 +8,19 @@ from __future__ import annotations
 import math
 
 from .detector import DEFAULT_WINDOW
-from .engines import health_route
+from .engines import DIALECTS, health_route
 from .observe import kubelet_timeout
 from .options import DEFAULT_FAILURE_THRESHOLD, DEFAULT_PERIOD, DEFAULT_STARTUP_BUDGET, DEFAULT_TIMEOUT
 from .pyz import launcher
 from .report import num
-from .serving import PYZ_KEY
+from .serving import LOOPBACK, PYZ_KEY
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Any
+
+    from .serving import Address
 
 __all__ = [
     "LAUNCHER",
@@ -86,12 +88,29 @@ def restart_after(plan: Plan) -> float:
     return plan.window + plan.period * (plan.failure - 1)
 
 
-def probe_command(port: int, engine: str | None, plan: Plan, *, state_volume: bool = False) -> list[str]:
-    """The liveness probe's command, run in the engine's container, where the engine is on loopback."""
-    command = ["python3", "-I", "-S", "-c", LAUNCHER, "--url", f"http://127.0.0.1:{port}/metrics"]
+def probe_command(
+    port: int,
+    engine: str | None,
+    plan: Plan,
+    *,
+    state_volume: bool = False,
+    address: Address = LOOPBACK,
+    python: str = "python3",
+    key: Sequence[str] = (),
+) -> list[str]:
+    """The liveness probe's command, run in the engine's container with `python` (the image's
+    interpreter), dialling the engine where `address` says, with the flags that give the probe the
+    engine's API key (`key`: --api-key-env VAR or --api-key-file PATH)."""
+    # The kubelet expands $(VAR) in a probe's command from the container's plain `env` values, and a
+    # variable set by valueFrom (the pod's address) to nothing: `$$(VAR)` reaches the probe as `$(VAR)`,
+    # which it reads from its environment at run time.
+    host = f"${address.host}" if address.host.startswith("$(") else address.host
+    path = next((d.metrics_path for d in DIALECTS if d.name == engine), "/metrics")
+    command = [python, "-I", "-S", "-c", LAUNCHER, "--url", f"http://{host}:{port}{path}"]
     command += ["--window", num(plan.window), "--timeout", num(plan.timeout)]
     if engine is not None:
         command += ["--engine", engine]
+    command += key
     if state_volume:
         command += ["--state-file", f"{STATE_DIR}/probe.state"]
     command += plan.probe_args
@@ -125,33 +144,36 @@ def liveness_probe(command: list[str], plan: Plan, old: Any = None) -> dict[str,
     return probe
 
 
-def health_check(port: int, engine: str | None, loopback: bool) -> dict[str, Any]:
-    """GET the engine's health route. An engine bound to loopback (SGLang's and llama.cpp's default)
-    cannot be reached by the kubelet's httpGet, which dials the pod's IP: there the same GET runs inside
-    the container."""
+def health_check(port: int, engine: str | None, address: Address, python: str = "python3") -> dict[str, Any]:
+    """GET the engine's health route where the kubelet reaches it: its httpGet dials the pod's IP, or the
+    address the engine binds (`host`). An engine on loopback (SGLang's and llama.cpp's default) it cannot
+    reach: there the same GET runs inside the container, with `python`, at that loopback address."""
     route = health_route(engine)
-    if not loopback:
-        return {"httpGet": {"path": route, "port": port}}
+    if address.kubelet is not None:
+        where = {"host": address.kubelet} if address.kubelet else {}
+        return {"httpGet": {**where, "path": route, "port": port}}
     program = (
         "import sys, urllib.request as u\n"
-        f"try: u.urlopen('http://127.0.0.1:{port}{route}', timeout=3)\n"
+        f"try: u.urlopen('http://{address.host}:{port}{route}', timeout=3)\n"
         "except Exception as e: sys.exit(str(e))"
     )
-    return {"exec": {"command": ["python3", "-I", "-S", "-c", program]}}
+    return {"exec": {"command": [python, "-I", "-S", "-c", program]}}
 
 
-def startup_probe(port: int, engine: str | None, loopback: bool, plan: Plan) -> dict[str, Any]:
+def startup_probe(
+    port: int, engine: str | None, address: Address, plan: Plan, python: str = "python3"
+) -> dict[str, Any]:
     """The health check until it passes, for up to the budget."""
-    probe = health_check(port, engine, loopback)
+    probe = health_check(port, engine, address, python)
     probe["periodSeconds"] = STARTUP_PERIOD
     probe["timeoutSeconds"] = 5
     probe["failureThreshold"] = math.ceil(plan.startup_budget / STARTUP_PERIOD)
     return probe
 
 
-def health_readiness_probe(port: int, engine: str | None, loopback: bool) -> dict[str, Any]:
+def health_readiness_probe(port: int, engine: str | None, address: Address, python: str = "python3") -> dict[str, Any]:
     """A readinessProbe that only asks the health route: ready once loaded, never drained for a stall."""
-    probe = health_check(port, engine, loopback)
+    probe = health_check(port, engine, address, python)
     probe.update({"periodSeconds": READY_PERIOD, "timeoutSeconds": 5, "successThreshold": 1, "failureThreshold": 3})
     return probe
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from ..options import PASSED_ON
 from ..report import num
 from ..scrape import parse_url
-from ..serving import SERVING
+from ..serving import default_address
 from ..settings import given_flags
 from ..stanza import Plan, liveness_probe, probe_command, readiness_probe, startup_probe
 
@@ -44,20 +44,14 @@ def plan(settings: LookSettings, args: list[str]) -> Plan:
     return Plan(window=settings.window, timeout=settings.timeout, probe_args=args, drain_after=settings.drain_after)
 
 
-def _loopback(engine: str) -> bool:
-    """Whether the engine binds loopback unless told otherwise (inject's startup guard then runs inside
-    the container: the kubelet's httpGet dials the pod's IP)."""
-    host = SERVING[engine].default_host if engine in SERVING else ""
-    return host.startswith("127.") or host in ("localhost", "::1")
-
-
 def probes(url: str, dialect: Dialect, stanza_plan: Plan) -> dict[str, Any]:
     """The container's probes, as inject writes them into a container of this engine serving on the
     URL's port with no startup guard of its own: liveness, startup and readiness."""
     _, port, _ = parse_url(url)
-    command = probe_command(port, dialect.name, stanza_plan)
+    reached = default_address(dialect.name)  # where it binds when its manifest says nothing (serving.py)
+    command = probe_command(port, dialect.name, stanza_plan, address=reached)
     fields: dict[str, Any] = {"livenessProbe": liveness_probe(command, stanza_plan)}
-    fields["startupProbe"] = startup_probe(port, dialect.name, _loopback(dialect.name), stanza_plan)
+    fields["startupProbe"] = startup_probe(port, dialect.name, reached, stanza_plan)
     if stanza_plan.drain_after is not None:
         fields["readinessProbe"] = readiness_probe(command, stanza_plan)
     return fields

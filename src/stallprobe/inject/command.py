@@ -23,6 +23,7 @@ from ..console import abandon_stdout, tell
 from ..errors import ExitCode, InjectError, OutputError
 from ..helppage import help_page
 from ..options import INJECT
+from ..serving import Address, address, default_address
 from ..settings import parse
 from .core import InjectConfig, configmap, configmap_name, container_fields, inject, plan_of, volume
 from .decide import Decision
@@ -84,16 +85,25 @@ def _input(filename: str) -> str:
     return decode(data)
 
 
-def _pyz(config: InjectConfig) -> bytes:
+def _pyz(config: InjectConfig, log: list[str]) -> bytes:
+    """The archive to ship: --pyz's, or one built here, with the bytecode for --python's interpreter when
+    this machine has it (else without, said in `log`: it is the image's, which the pods run)."""
     path = config.pyz
     if path is not None:
         pyz = _read(path, "--pyz", MAX_PYZ)
         if len(pyz) > MAX_PYZ:
             raise InjectError(f"--pyz {_shown(path)} is larger than 1 MiB, more than a ConfigMap holds")
         return pyz
-    from ..pyz import build
+    from ..pyz import PythonNotHere, build
 
-    return build(config.python)  # UsageError when --python cannot compile it
+    try:
+        return build(config.python)  # UsageError when --python runs and cannot compile it
+    except PythonNotHere as exc:
+        log.append(
+            f"{exc}: the archive ships without bytecode for it (the probe then reads its sources, ~10 ms more "
+            f"CPU a run); the pods' probes run {config.python}"
+        )
+        return build(None)
 
 
 def _emit(text: str) -> None:
@@ -154,7 +164,7 @@ def _krm_args(config: Any) -> list[str]:
     return argv
 
 
-def _print_probe(config: InjectConfig) -> str:
+def _print_probe(config: InjectConfig, log: list[str]) -> str:
     engine = config.engine
     port = config.port
     if engine == "auto" or port is None:
@@ -162,12 +172,21 @@ def _print_probe(config: InjectConfig) -> str:
     if config.output not in ("yaml", "json"):
         raise InjectError(f"--output must be yaml or json (got {config.output!r})")
     plan = plan_of(config)
-    pyz = _pyz(config)
+    pyz = _pyz(config, log)
     name = configmap_name(config, pyz)
-    loopback = engine != "vllm"  # SGLang and llama.cpp bind loopback unless told otherwise
+    given = config.host_address
+    # Where the engine binds: --host-address's, else its default (serving.py says which).
+    reached = default_address(engine) if given is None else address(given) or Address(given, "")
     readiness = "" if plan.drain_after is None else "added"
     decision = Decision(
-        "probe", engine=engine, port=port, startup=True, loopback=loopback, readiness=readiness, liveness="added"
+        "probe",
+        engine=engine,
+        port=port,
+        startup=True,
+        address=reached,
+        python=config.python or "python3",
+        readiness=readiness,
+        liveness="added",
     )
     fields = container_fields(decision, plan, None, config.state_volume)
     volumes: list[dict[str, Any]] = [volume(name)]
@@ -187,8 +206,10 @@ def main(argv: Sequence[str]) -> int:
     if isinstance(config, str):
         _emit((help_text() if config == "help" else f"stallprobe {__version__}") + "\n")
         return ExitCode.OK
+    said: list[str] = []
     if config.print_probe:
-        _emit(_print_probe(config))
+        _emit(_print_probe(config, said))
+        _say(said)
         return ExitCode.OK
     manifests = read_documents(_input(config.filename or "-"))
     krm = (
@@ -203,16 +224,16 @@ def main(argv: Sequence[str]) -> int:
         items = resource_list.get("items")
         if not isinstance(items, list):
             raise InjectError("the ResourceList has no items list (a KRM function gets its resources there)")
-        items, log, changed = inject(list(items), config, _pyz(config))
+        items, log, changed = inject(list(items), config, _pyz(config, said))
         resource_list["items"] = items
         out = manifests.with_docs([resource_list])
         changed = {0} if changed else set()
     else:
-        docs, log, changed = inject(manifests.docs, config, _pyz(config))
+        docs, log, changed = inject(manifests.docs, config, _pyz(config, said))
         out = manifests.with_docs(docs)
     if config.check:
-        _say(log)
+        _say([*said, *log])
         return ExitCode.CHANGES if changed else ExitCode.OK
     _emit(write_documents(out, changed))
-    _say(log)
+    _say([*said, *log])
     return ExitCode.OK

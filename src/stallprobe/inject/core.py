@@ -15,7 +15,7 @@ from ..engines import health_route
 from ..errors import UsageError
 from ..options import INJECT, PASSED_ON
 from ..report import drain_warning, num
-from ..serving import PYZ_KEY
+from ..serving import LOOPBACK, PYZ_KEY, address
 from ..settings import EngineSettings, given_flags
 from ..stanza import (
     PYZ_DIR,
@@ -101,6 +101,7 @@ class InjectConfig(EngineSettings):
     check: bool
     print_probe: bool
     port: int | None
+    host_address: str | None
     output: str
 
 
@@ -116,6 +117,14 @@ def plan_of(config: InjectConfig) -> Plan:
     if config.port is not None and config.container is None and not config.print_probe:
         # One port for every engine in a chart would probe some on a port that is not theirs.
         raise UsageError("--port needs --container NAME: it is the port of the one container it names")
+    given = config.host_address
+    if given is not None and config.container is None and not config.print_probe:
+        raise UsageError("--host-address needs --container NAME: it is the address of the one container it names")
+    if given is not None and address(given) is None and not _reference(given):
+        raise UsageError(
+            f"--host-address must be an IP address, localhost, or $(VAR) naming a variable that holds one "
+            f"(got {given!r})"
+        )
     return Plan(
         window=config.window,
         timeout=config.timeout,
@@ -126,6 +135,11 @@ def plan_of(config: InjectConfig) -> Plan:
         drain_after=None if config.no_ready else config.drain_after,
         report_only=config.report_only,
     )
+
+
+def _reference(text: str) -> bool:
+    """Whether `text` is `$(NAME)`: a variable of the container the probe reads at run time."""
+    return text.startswith("$(") and text.endswith(")") and text[2:-1].isidentifier()
 
 
 def configmap_name(config: InjectConfig, pyz: bytes, owner: str | None = None) -> str:
@@ -278,10 +292,24 @@ def _enable_metrics(container: dict[str, Any], how: tuple[str, str]) -> None:
 def container_fields(decision: Decision, plan: Plan, old: Any, state_volume: bool) -> dict[str, Any]:
     """The fields inject writes into one container: liveness, and as the decision says, startup and
     readiness probes; then the volume mounts."""
-    command = probe_command(decision.port, decision.engine, plan, state_volume=state_volume)
+    reached = decision.address or LOOPBACK
+    # A key file given to inject is the operator's word for every probe: it wins over what the engine's
+    # command says (the probe takes one key).
+    key = () if "--api-key-file" in plan.probe_args else decision.key
+    command = probe_command(
+        decision.port,
+        decision.engine,
+        plan,
+        state_volume=state_volume,
+        address=reached,
+        python=decision.python or "python3",
+        key=key,
+    )
     fields: dict[str, Any] = {"livenessProbe": liveness_probe(command, plan, old)}
     if decision.startup:
-        fields["startupProbe"] = startup_probe(decision.port, decision.engine, decision.loopback, plan)
+        fields["startupProbe"] = startup_probe(
+            decision.port, decision.engine, reached, plan, decision.python or "python3"
+        )
     if decision.readiness in ("added", "replaced", "ours") and plan.drain_after is not None:
         fields["readinessProbe"] = readiness_probe(command, plan)
     mounts = [{"name": VOLUME, "mountPath": PYZ_DIR, "readOnly": True}]
@@ -303,6 +331,9 @@ def _line(where: str, decision: Decision, plan: Plan, changed: bool, undrained: 
     verb = "replaced" if decision.liveness in ("replaced", "ours") else "added"
     lives = restart_after(plan)
     source = f"{engine}, port {decision.port} from {decision.port_from}"
+    reached = decision.address or LOOPBACK
+    if reached.host != LOOPBACK.host:
+        source += f", dialled at {reached.host}"
     if plan.report_only:
         head = (
             f"{where}: {verb} the liveness probe, report-only ({source}): it says a wedged engine is stalled "
@@ -323,7 +354,11 @@ def _line(where: str, decision: Decision, plan: Plan, changed: bool, undrained: 
         parts.append(f"turned its metrics on with {name}=1 ({engine} answers /metrics with 501 without it)")
     if decision.startup:
         route = health_route(decision.engine)
-        how = "inside the container, as it binds loopback" if decision.loopback else "by the kubelet"
+        how = (
+            "inside the container, as it binds loopback"
+            if reached.kubelet is None
+            else f"by the kubelet{' at ' + reached.kubelet if reached.kubelet else ''}"
+        )
         parts.append(
             f"added a startupProbe (GET {route} on port {decision.port} {how}; liveness waits up to "
             f"{num(plan.startup_budget)} s for the model to load: --startup-budget)"
@@ -343,7 +378,7 @@ def _line(where: str, decision: Decision, plan: Plan, changed: bool, undrained: 
             f"{num(stop)} s after the last progress (drain-after {num(plan.drain_after)} s + period "
             f"{READY_PERIOD} s){restart}"
         )
-    return "; ".join(parts)
+    return "; ".join([*parts, *decision.notes])
 
 
 class _Walk:
@@ -361,6 +396,8 @@ class _Walk:
             force=config.force,
             drain=plan.drain_after is not None,
             port=config.port,
+            host=config.host_address,
+            python=config.python,
         )
         self.log: list[str] = []
         self.namespaces: list[str | None] = []
@@ -399,7 +436,9 @@ class _Walk:
             # --no-ready after a run that drained: the probe inject wrote only asks the health route now.
             undrained = self.plan.drain_after is None and is_ours(container.get("readinessProbe"))
             if undrained:
-                fields["readinessProbe"] = health_readiness_probe(decision.port, decision.engine, decision.loopback)
+                fields["readinessProbe"] = health_readiness_probe(
+                    decision.port, decision.engine, decision.address or LOOPBACK, decision.python or "python3"
+                )
             for key in ("livenessProbe", "startupProbe", "readinessProbe"):
                 if key in fields:
                     here = _set(container, key, fields[key]) or here

@@ -24,30 +24,58 @@ The rules, in order, each with its reason:
    http). With its plain server as the command (or the image's entrypoint) and no flag, the engine serves
    on its default, which a declared port must not contradict (but llama.cpp, whose image may set its
    port variable, is read from its declared port). A script or image the manifest does not show is
-   proven by nothing it declares, unless --container names it. --port given to inject settles what the
-   manifest leaves open, but never overrides the engine's own flag or variable. Anything else (a
-   Secret, a ConfigMap not in the input, several ports none named for HTTP): skipped, saying so.
-6. Metrics not on (SGLang without --enable-metrics and llama.cpp without --metrics publish none): turned
+   proven by nothing it declares, unless --container names it, or, for an image whose entrypoint inject
+   does not know, two sources agree: args that are the engine's own flags, whose port flag says the
+   container's one containerPort. --port given to inject settles what the manifest leaves open, but
+   never overrides the engine's own flag or variable. Anything else (a Secret, a ConfigMap not in the
+   input, several ports none named for HTTP): skipped, saying so.
+6. The address, proven like the port: a probe that dials where the engine does not listen is refused
+   every run, and the engine is restarted again and again. Its host flag, else its own address
+   variable, else its default (serving.py); loopback or a wildcard is dialled at loopback, a literal
+   address where it is, a variable holding the pod's IP (a fieldRef to status.podIP or status.hostIP)
+   as `$(VAR)`, which the probe reads at run time. A host name, a Secret, a ConfigMap not in the input,
+   a UNIX socket: skipped, saying so. --host-address settles what the manifest leaves open.
+7. Metrics not on (SGLang without --enable-metrics and llama.cpp without --metrics publish none): turned
    on (an argument appended, or for llama.cpp its variable set), said on stderr; an SGLang shell script
    cannot be edited safely: skipped.
-7. The liveness probe: absent, a plain /health check, or ours is (re)written; any other is the
+8. The interpreter: the probe is a Python program, and an exec probe whose interpreter the image lacks
+   fails every run. --python's, else the one its command runs, else python3 in an image known to carry
+   it, or where the engine is itself a Python program (said, naming the image, where inject does not
+   know it). A C++ engine (llama.cpp) in an image that has none, or that inject does not know: skipped.
+9. The API key: a key its command takes from a variable is read by the probe from that variable at run
+   time (--api-key-env), a file of keys from that file; a key the probe cannot reach (written into the
+   command) is said, with what to do. The key itself is never copied into the probe's command.
+10. The liveness probe: absent, a plain /health check, or ours is (re)written; any other is the
    operator's and is kept unless --force.
-8. The startup guard: without a startupProbe and without initialDelaySeconds, a liveness probe runs
+11. The startup guard: without a startupProbe and without initialDelaySeconds, a liveness probe runs
    while the model loads, fails, and the kubelet kills the container before it ever serves.
-9. Readiness (drain after --drain-after, 30 s, unless --no-ready): absent, a plain /health check or ours
+12. Readiness (drain after --drain-after, 30 s, unless --no-ready): absent, a plain /health check or ours
    is (re)written; any other is kept unless --force.
 """
 
 from __future__ import annotations
 
 from ..engines import DIALECTS
-from ..serving import PYZ_KEY, SERVING
-from .shell import SHELLS, Env, command_lines, environment, flag_value, has_flag, normal, references
+from ..serving import PYZ_KEY, SERVING, Address, address, default_address, python_in
+from .shell import (
+    SHELLS,
+    UNRESOLVED,
+    Env,
+    command_lines,
+    environment,
+    flag_value,
+    has_flag,
+    normal,
+    references,
+    standing,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from typing import Any
+
+    from ..serving import Serving
 
 __all__ = ["Choice", "Context", "Decision", "decide", "engine_of", "is_ours", "is_plain_health_check", "says_http"]
 
@@ -60,12 +88,16 @@ TRUE = ("1", "true", "on", "enabled", "yes")
 # *-http. Not `metrics`: each engine serves /metrics on its one HTTP port, so a metrics port other than
 # that one is another process's (Ray's exporter, an exporter in a wrapper), and names nothing by itself.
 HTTP_NAMES = ("http", "api", "openai")
+# The fields of the pod a variable may hold that name the address its engine binds: the pod's IP (the
+# host's, under hostNetwork, where the two are one). status.podIPs is a list, no one address.
+POD_ADDRESSES = ("status.podIP", "status.hostIP")
 
 
 class Choice:
-    """What the options say about the choice: --container, --engine, --port, --force, --drain-after given."""
+    """What the options say about the choice: --container, --engine, --port, --host-address, --python,
+    --force, --drain-after given."""
 
-    __slots__ = ("container", "drain", "engine", "force", "port")
+    __slots__ = ("container", "drain", "engine", "force", "host", "port", "python")
 
     def __init__(
         self,
@@ -75,12 +107,16 @@ class Choice:
         force: bool = False,
         drain: bool = False,
         port: int | None = None,
+        host: str | None = None,
+        python: str | None = None,
     ) -> None:
         self.container = container
         self.engine = engine
         self.force = force
         self.drain = drain
         self.port = port
+        self.host = host  # --host-address: a literal address, or $(VAR) naming one the probe reads
+        self.python = python
 
 
 class Context:
@@ -98,16 +134,20 @@ class Context:
 
 class Decision:
     """action: "probe", "skip" (why says why), "keep" (its own liveness probe), or "ignore" (not ours to
-    touch, nothing said). For "probe": the engine, the port and where it came from, what to turn on."""
+    touch, nothing said). For "probe": the engine, the port and where it came from, where the probe dials
+    it, the interpreter it runs with, the key flags, what to turn on, and what else to say."""
 
     __slots__ = (
         "action",
+        "address",
         "enable",
         "engine",
+        "key",
         "liveness",
-        "loopback",
+        "notes",
         "port",
         "port_from",
+        "python",
         "readiness",
         "startup",
         "why",
@@ -121,22 +161,28 @@ class Decision:
         engine: str | None = None,
         port: int = 0,
         port_from: str = "",
+        address: Address | None = None,
+        python: str = "",
+        key: tuple[str, ...] = (),
         enable: tuple[str, str] = ("", ""),
         startup: bool = False,
-        loopback: bool = False,
         liveness: str = "",
         readiness: str = "",
+        notes: tuple[str, ...] = (),
     ) -> None:
         self.action = action
         self.why = why
         self.engine = engine
         self.port = port
         self.port_from = port_from
+        self.address = address  # where the probe dials the engine (serving.Address)
+        self.python = python  # the interpreter the pod's command runs
+        self.key = key  # the probe's flags for the engine's API key: ("--api-key-env", "VAR"), or ()
         self.enable = enable  # ("arg", "--enable-metrics") or ("env", "LLAMA_ARG_ENDPOINT_METRICS"): turn on
         self.startup = startup  # add the startup guard
-        self.loopback = loopback  # the server binds loopback only: the kubelet's httpGet cannot reach it
         self.liveness = liveness  # "added", "replaced" or "ours"
         self.readiness = readiness  # "" (not asked), "added", "replaced", "ours" or "kept"
+        self.notes = notes  # what else to say on stderr (an image inject does not know, a key out of reach)
 
     def __repr__(self) -> str:
         fields = {name: getattr(self, name) for name in self.__slots__}
@@ -340,6 +386,207 @@ def _port_of(
     return f"its port is not proven: {runs}"
 
 
+def _servers(container: Mapping[str, Any], lines: list[list[str]], serving: type[Serving] | None) -> list[list[str]]:
+    """The command lines that run the engine's server: those that start it, or, where the container runs
+    its image's entrypoint and that is the server (or runs it when its args start with a word that picks
+    it: llama.cpp's tools.sh --server), its args."""
+    if serving is None:
+        return []
+    image = _image(container)
+    for pattern, first in () if container.get("command") else serving.images:
+        if pattern in image and not first:  # args alone go to the image's entrypoint, the server
+            return lines or [[]]
+        if pattern in image and lines and lines[0][0] == first:
+            return [lines[0][1:]]
+    return [words for words in lines if _is_server(words, serving.servers)]
+
+
+def _agreed(
+    container: Mapping[str, Any], lines: list[list[str]], serving: type[Serving] | None
+) -> tuple[int, str] | None:
+    """The port of an image whose entrypoint inject does not know, given the engine's own flags alone (its
+    command line starts with a flag: no command of its own runs before them), when two sources agree: the
+    port flag among them, and the container's one containerPort (rule 5)."""
+    if serving is None or not (lines and lines[0][0].startswith("-")):
+        return None
+    if any(pattern in _image(container) for pattern, _ in serving.images):  # an entrypoint inject knows
+        return None
+    port = _port(flag_value(lines[0], serving.port_flags))
+    declared = [_port(str(p["containerPort"])) for p in _tcp_ports(container)]
+    if port is None or declared != [port]:
+        return None
+    return port, f"{serving.port_flags[0]} in its args, as its containerPort says"
+
+
+def _bound(text: str, env: Env) -> Address | str:
+    """Where the probe dials an engine that binds `text` (its host flag or variable, as the kubelet and
+    the shell fill it); or why it cannot say."""
+    names = references(text)
+    if names:
+        name = names[0]
+        exact = text in (f"$({name})", "${" + name + "}", f"${name}")
+        field = env.fields.get(name)
+        if exact and field in POD_ADDRESSES:
+            return Address(f"$({name})", "")  # the probe reads it at run time: the kubelet does not expand it
+        if exact and field:
+            return f"{name} holds the pod's {field}, not its IP (status.podIP)"
+        return env.why(name)
+    if UNRESOLVED in text:
+        return "it depends on what the manifest does not show"
+    if text.endswith(".sock"):
+        return "a UNIX socket, which the probe does not dial"
+    found = address(text)
+    return found if found is not None else "a name, whose address is not the manifest's to say"
+
+
+def _address(words: list[str], env: Env, engine: str | None, choice: Choice) -> Address | str:
+    """Where the probe dials the engine (rule 6): its host flag in its server's `words`, else its own
+    address variable, else its default; --host-address where the manifest leaves it open. Or why not."""
+    given = None if choice.host is None else address(choice.host) or Address(choice.host, "")
+    serving = SERVING.get(str(engine))
+    if serving is None:  # an engine inject does not know: not its flags to read
+        return given or default_address(None)
+    sock = next((flag for flag in serving.socket_flags if has_flag(words, (flag,))), None)
+    if sock is not None:
+        return f"it serves on a UNIX socket ({sock}), which the probe does not dial"
+    text = flag_value(words, serving.host_flags)
+    source = f"{serving.host_flags[0]} in its command"
+    if text is None:
+        # Its variable where the container sets it; an envFrom inject cannot read is taken not to: a
+        # Secret's or a ConfigMap's value is fixed, and no fixed value is a pod's own address.
+        variable = next((v for v in serving.host_env if v in env.values or v in env.unknown), None)
+        if variable is None:
+            return given or default_address(engine)
+        text, source = env.values.get(variable, f"$({variable})"), variable
+    own = _bound(text, env)
+    if isinstance(own, Address) and given is not None and own != given:
+        return f"its address is {text} ({source}), not the {choice.host} --host-address gives"
+    return given or (own if isinstance(own, Address) else f"its address is {text}: {own}")
+
+
+def _enable(
+    container: Mapping[str, Any], engine: str | None, env: Env, words: list[str], servers: list[list[str]]
+) -> tuple[str, str] | str:
+    """How to turn its metrics on (rule 7): ("arg", FLAG), ("env", VARIABLE), or ("", "") when they are
+    on or need nothing; or why it cannot be done."""
+    serving = SERVING.get(str(engine))
+    if serving is None or not serving.metrics_on:
+        return "", ""
+    if has_flag(words, serving.metrics_on) or any(
+        variable in env.values and env.values[variable].lower() in TRUE for variable in serving.metrics_env
+    ):
+        return "", ""
+    raw = _words(container)
+    if serving.metrics_env:
+        return "env", serving.metrics_env[0]
+    if servers and (not raw or raw[0].rpartition("/")[2] not in SHELLS):
+        return "arg", serving.metrics_on[0]
+    return (
+        f"{engine} publishes no metrics without {serving.metrics_on[0]}, and its command is a script inject "
+        f"does not edit (add {serving.metrics_on[0]} to it)"
+    )
+
+
+def _is_python(word: str) -> bool:
+    """Whether a command's first word runs a Python interpreter: python, python3, python3.12, by any path."""
+    name = word.rpartition("/")[2]
+    version = name.removeprefix("python")
+    return (version != name and version.replace(".", "").isdigit()) or name == "python"
+
+
+def _interpreter(
+    container: Mapping[str, Any], engine: str | None, lines: list[list[str]], choice: Choice
+) -> tuple[str, str] | str:
+    """The Python the probe runs with (rule 8), and what to say of it; or why there is none."""
+    if choice.python is not None:
+        return choice.python, ""
+    ran = next((words[0] for words in lines if words and _is_python(words[0])), None)
+    if ran is not None:  # the command runs one: the probe runs with the same word
+        return ran, ""
+    image = _image(container)
+    carries = python_in(image)
+    if carries:
+        return "python3", ""
+    serving = SERVING.get(str(engine))
+    if carries is None and serving is not None and serving.python:
+        return "python3", (
+            f"image {image} is not one inject knows; {engine} is a Python program, so the probe runs with "
+            "python3 (--python PATH names another)"
+        )
+    held = "has no python3" if carries is False else "is not one inject knows to have a python3"
+    way = f"{serving.python_image} has one, or " if serving is not None and serving.python_image else ""
+    return f"its image {image} {held}, which the probe runs with ({way}--python PATH names the image's own)"
+
+
+def _key(words: list[str], files: list[str], env: Env, engine: str | None) -> tuple[tuple[str, ...], str]:
+    """The probe's flags for the key the engine's routes want (rule 9), and what to say: the variable its
+    key flag names (`words`: its server's words, each variable standing for itself), or its file of keys
+    (`files`: as the kubelet fills them). Its own key variable needs nothing: the probe reads it by
+    itself. The key is never copied."""
+    serving = SERVING.get(str(engine))
+    if serving is None:
+        return (), ""
+    flag = serving.key_flags[0]
+    text = flag_value(words, serving.key_flags)
+    if text is not None:
+        names = references(text)
+        if names and text in ("${" + names[0] + "}", f"$({names[0]})", f"${names[0]}"):
+            if not env.unset(names[0]):
+                return ("--api-key-env", names[0]), ""
+            return (), (
+                f"its {flag} is {text}, which no variable of the container sets, so the probe cannot read it "
+                f"(give it as {flag} $(VAR), VAR from a Secret)"
+            )
+        return (), (
+            f"its {flag} is written into its command, which the probe never copies into its own, so the "
+            f"probe sends no key (put the key in a Secret and give it as {flag} $(VAR))"
+        )
+    path = flag_value(files, serving.key_file_flags)
+    variable = next((v for v in serving.key_file_env if not env.unset(v)), None)
+    if path is None and variable is not None:
+        path = env.values.get(variable, f"$({variable})")
+    if path is None:
+        return (), ""
+    if UNRESOLVED in path:
+        return (), f"its file of API keys is {path}, which the manifest does not show, so the probe sends no key"
+    return ("--api-key-file", path), ""
+
+
+ROLE_SKIPS = {
+    "worker": "a LeaderWorkerSet worker: it joins the leader's engine and serves no HTTP",
+    "shared": (
+        "a LeaderWorkerSet without a leaderTemplate: this template makes the leader and its workers "
+        "alike, and the workers serve no HTTP (give the leader its own template)"
+    ),
+}
+
+
+def _not_serving(lines: list[list[str]], engine: str | None) -> str:
+    """Why the container serves no HTTP a probe could read (rules 3 and 4), or ""."""
+    for words in lines:
+        why = _worker(words)
+        if why:
+            return f"a multi-node worker: {why}"
+    serving = SERVING.get(str(engine))
+    off = _metrics_off(lines, serving.metrics_off if serving else ())
+    if off:
+        family = next(d.running for d in DIALECTS if d.name == engine).partition(":")[0]  # vllm:num_... -> vllm
+        return f"metrics are off ({off[0]}): {engine} publishes no {family}: family, so a probe could only fail"
+    return ""
+
+
+def _guards(container: Mapping[str, Any], choice: Choice) -> tuple[str, bool, str]:
+    """What becomes of its probes (rules 10 to 12): the liveness probe ("kept": the operator's), whether
+    the startup guard is added, and the readiness probe."""
+    old = container.get("livenessProbe")
+    # A kept initialDelaySeconds (from the plain check it replaces) is the operator's own guard.
+    startup = "startupProbe" not in container and not (
+        isinstance(old, dict) and isinstance(old.get("initialDelaySeconds"), int)
+    )
+    readiness = _replacing(container.get("readinessProbe"), choice.force) if choice.drain else ""
+    return _replacing(old, choice.force), startup, readiness
+
+
 def decide(container: Mapping[str, Any], role: str, choice: Choice, context: Context | None = None) -> Decision:
     """What to do with one container of a pod template playing `role` (one of ROLES), in `context`."""
     name = container.get("name")
@@ -349,84 +596,50 @@ def decide(container: Mapping[str, Any], role: str, choice: Choice, context: Con
     if found is None and choice.container is None:  # --engine names the dialect, not the containers: a
         return Decision("ignore")  # sidecar stays a sidecar
     engine = choice.engine or found
-    if role == "worker":
-        return Decision("skip", "a LeaderWorkerSet worker: it joins the leader's engine and serves no HTTP")
-    if role == "shared":
-        return Decision(
-            "skip",
-            "a LeaderWorkerSet without a leaderTemplate: this template makes the leader and its workers "
-            "alike, and the workers serve no HTTP (give the leader its own template)",
-        )
+    if role in ROLE_SKIPS:
+        return Decision("skip", ROLE_SKIPS[role])
     context = context or Context()
     env = environment(container, context.configmaps)
     if role == "leader":
         env.values.setdefault("LWS_WORKER_INDEX", "0")  # what LeaderWorkerSet sets in the leader's pod
     lines = command_lines(container, env)
-    for words in lines:
-        why = _worker(words)
-        if why:
-            return Decision("skip", f"a multi-node worker: {why}")
+    why = _not_serving(lines, engine)
+    if why:
+        return Decision("skip", why)
     serving = SERVING.get(str(engine))
-    off = _metrics_off(lines, serving.metrics_off if serving else ())
-    if off:
-        family = next(d.running for d in DIALECTS if d.name == engine).partition(":")[0]  # vllm:num_... -> vllm
-        return Decision(
-            "skip", f"metrics are off ({off[0]}): {engine} publishes no {family}: family, so a probe could only fail"
-        )
-    servers = [words for words in lines if serving and _is_server(words, serving.servers)]
-    image = _image(container)
-    entry = bool(serving and not container.get("command") and any(i in image for i in serving.images))
-    if entry:  # args alone go to the image's entrypoint, the server
-        servers = lines or [[]]
-    candidates = servers or lines
-    found_port = _port_of(container, engine, env, servers=servers, lines=lines, choice=choice, context=context)
-    if isinstance(found_port, str):
-        return Decision("skip", f"{found_port} (--container {name or 'NAME'} --port N settles it)")
-    port, port_from = found_port
-    server_words = [word for words in candidates for word in words]
-    enable = ("", "")
-    if serving is not None:
-        on = has_flag(server_words, serving.metrics_on) or any(
-            variable in env.values and env.values[variable].lower() in TRUE for variable in serving.metrics_env
-        )
-        if serving.metrics_on and not on:
-            raw = _words(container)
-            plain = not raw or raw[0].rpartition("/")[2] not in SHELLS
-            if serving.metrics_env:
-                enable = ("env", serving.metrics_env[0])
-            elif plain and (servers or entry):
-                enable = ("arg", serving.metrics_on[0])
-            else:
-                return Decision(
-                    "skip",
-                    f"{engine} publishes no metrics without {serving.metrics_on[0]}, and its command is a "
-                    f"script inject does not edit (add {serving.metrics_on[0]} to it)",
-                )
-    loopback = False  # an engine we do not know: where it binds is not ours to guess
-    if serving is not None:
-        host = (
-            flag_value(server_words, ("--host",))
-            or next((env.values[v] for v in serving.host_env if v in env.values), None)
-            or serving.default_host
-        )
-        loopback = host.startswith("127.") or host in ("localhost", "::1")
-    old = container.get("livenessProbe")
-    liveness = _replacing(old, choice.force)
+    servers = _servers(container, lines, serving)
+    agreed = None if servers or choice.container is not None else _agreed(container, lines, serving)
+    servers = lines if agreed else servers
+    port = agreed or _port_of(container, engine, env, servers=servers, lines=lines, choice=choice, context=context)
+    if isinstance(port, str):
+        return Decision("skip", f"{port} (--container {name or 'NAME'} --port N settles it)")
+    words = [word for line in servers or lines for word in line]
+    reached = _address(words, env, engine, choice)
+    if isinstance(reached, str):
+        return Decision("skip", f"{reached} (--container {name or 'NAME'} --host-address ADDR settles it)")
+    enable = _enable(container, engine, env, words, servers)
+    if isinstance(enable, str):
+        return Decision("skip", enable)
+    python = _interpreter(container, engine, [*servers, *lines], choice)
+    if isinstance(python, str):
+        return Decision("skip", python)
+    standing_lines = command_lines(container, standing(env))
+    key_words = [word for line in _servers(container, standing_lines, serving) or standing_lines for word in line]
+    key, unreachable = _key(key_words, words, env, engine)
+    liveness, startup, readiness = _guards(container, choice)
     if liveness == "kept":
         return Decision("keep", "not a plain /health check; --force replaces it", engine=engine)
-    # A kept initialDelaySeconds (from the plain check it replaces) is the operator's own guard.
-    startup = "startupProbe" not in container and not (
-        isinstance(old, dict) and isinstance(old.get("initialDelaySeconds"), int)
-    )
-    readiness = _replacing(container.get("readinessProbe"), choice.force) if choice.drain else ""
     return Decision(
         "probe",
         engine=engine,
-        port=port,
-        port_from=port_from,
+        port=port[0],
+        port_from=port[1],
+        address=reached,
+        python=python[0],
+        key=key,
         enable=enable,
         startup=startup,
-        loopback=loopback,
         liveness=liveness,
         readiness=readiness,
+        notes=tuple(note for note in (python[1], unreachable) if note),
     )

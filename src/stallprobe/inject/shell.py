@@ -35,6 +35,7 @@ __all__ = [
     "normal",
     "references",
     "shell_words",
+    "standing",
 ]
 
 SHELLS = ("sh", "bash", "dash", "ash", "zsh", "ksh")
@@ -49,14 +50,16 @@ PUNCTUATION = ";&|()\n"
 
 class Env:
     """A container's variables: `values`, those the input gives; `unknown`, those set to what it does not
-    show (each with where from); `hidden`, the sources that may set any other variable."""
+    show (each with where from); `hidden`, the sources that may set any other variable; `fields`, the
+    field of the pod each unknown one set by a fieldRef holds (status.podIP, ...)."""
 
-    __slots__ = ("hidden", "unknown", "values")
+    __slots__ = ("fields", "hidden", "unknown", "values")
 
     def __init__(self, values: dict[str, str] | None = None, unknown: dict[str, str] | None = None) -> None:
         self.values = values or {}
         self.unknown = unknown or {}
         self.hidden: list[str] = []  # each envFrom inject cannot read
+        self.fields: dict[str, str] = {}
 
     def unset(self, name: str) -> bool:
         """Whether the variable is surely not set."""
@@ -106,6 +109,7 @@ def environment(container: Mapping[str, Any], configmaps: Mapping[str, Mapping[s
         name = entry["name"]
         env.values.pop(name, None)
         env.unknown.pop(name, None)
+        env.fields.pop(name, None)
         source = entry.get("valueFrom")
         if not isinstance(source, dict):
             env.values[name] = k8s_expand(str(entry.get("value", "")), env.values)
@@ -123,7 +127,16 @@ def environment(container: Mapping[str, Any], configmaps: Mapping[str, Mapping[s
             env.unknown[name] = f"from Secret {_refs(source, 'secretKeyRef')}, which inject does not read"
         else:
             env.unknown[name] = f"from its {next(iter(source), 'valueFrom')}, which the manifest does not show"
+            field = source.get("fieldRef")
+            if isinstance(field, dict):
+                env.fields[name] = str(field.get("fieldPath"))
     return env
+
+
+def standing(env: Env) -> Env:
+    """Each variable the container sets standing for itself (`${NAME}`): command lines read with it keep
+    every reference to one, however it is written, where the kubelet or the shell would put its value."""
+    return Env({name: "${" + name + "}" for name in [*env.values, *env.unknown]})
 
 
 def k8s_expand(text: str, env: Mapping[str, str]) -> str:
@@ -191,13 +204,16 @@ def normal(word: str) -> str:
 
 def command_lines(container: Mapping[str, Any], env: Env) -> list[list[str]]:
     """The command lines the container runs: its command and args, or each command of its shell script."""
-    words = [
-        k8s_expand(str(word), env.values)
-        for word in [*(container.get("command") or []), *(container.get("args") or [])]
-    ]
+    raw = [str(word) for word in [*(container.get("command") or []), *(container.get("args") or [])]]
+    words = [k8s_expand(word, env.values) for word in raw]
     if not words:
         return []
     if words[0].rpartition("/")[2] in SHELLS:
+        # The kubelet puts a value the input does not show (a Secret's, the pod's IP) into the script, where
+        # the shell reads the same value from the environment: `${NAME}`, which a shell splits as one word
+        # (an unquoted `$(NAME)` would read as a command substitution).
+        known = {**{name: "${" + name + "}" for name in env.unknown}, **env.values}
+        words = [k8s_expand(word, known) for word in raw]
         # sh [-e -x ...] -c SCRIPT [$0 ARGS...]: the script is the first word after the option that has c.
         for i, word in enumerate(words[1:], 1):
             if not word.startswith("-"):
