@@ -120,11 +120,11 @@ SCENARIOS = {
         left=math.nan,
         problems=("no run said 'saturated: '",),
     ),
-    "slow API server, a health route that got no answer: the rule's not ready, a note": Scenario(
+    "slow API server, a health route that got no answer drained the engine: a fault": Scenario(
         "slow API server",
         lambda t: SILENT if t == 4 else MOVING,
         lambda t: HEALTH_SILENT if t == 9 else READY,
-        notes=1,
+        problems=("not ready while slow API server",),
     ),
     "saturated, the same run is a fault": Scenario(
         "saturated",

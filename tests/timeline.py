@@ -312,8 +312,6 @@ class Situations:
 # What a live engine may be told: moving, queued, not seen moving for less than the window, or idle. "baseline"
 # only at the probes' first run: later, it would mean the state file was lost.
 ALIVE = frozenset({"progressing", "saturated", "suspect", "idle"})
-# A readiness run whose health route got no answer in time (observe.health, scrape.exchange).
-HEALTH_SILENT = re.compile(r"not ready: health \S+: no complete answer within ")
 
 
 @dataclass(frozen=True)
@@ -337,10 +335,6 @@ class Phase:
     readiness: str
     shows: str
     stalled_line: str = ""
-    # The API server itself stops at times: a readiness run whose page answered just before a stop may then get
-    # no answer from the health route, which the readiness rule counts as not serving (not ready, at once,
-    # unlike a page that gets none: that one is excused until --drain-after). Such a run is a note, not a fault.
-    health_may_go_silent: bool = False
 
 
 PHASES = (
@@ -364,7 +358,6 @@ PHASES = (
     Phase(
         "slow API server", f"SIGSTOP/SIGCONT the API server, {SLOW[0]:g} s/{SLOW[1]:g} s",
         Situations.slow_down, "SIGCONT", Situations.speed_up, "alive", ALIVE, "ready", "no complete answer within",
-        health_may_go_silent=True,
     ),
     Phase(
         "silent API server", "SIGSTOP the API server", Situations.silence,
@@ -608,10 +601,10 @@ def judge(outcome: Outcome, scale: Scale, seconds: dict[str, int], every: dict[s
     # Readiness while it lasts.
     ready = during["readiness"]
     if phase.readiness == "ready":
+        # A health route that gives no answer (the API server stopped between the page and it) is excused
+        # like a page that gives none, until --drain-after: the slow API server is ready throughout.
         for run in ready:
-            if run.code == 1 and phase.health_may_go_silent and HEALTH_SILENT.match(run.line):
-                outcome.notes.append(f"the health route got no answer: {run}")
-            elif run.code != 0 or said(run)[1] is not True:
+            if run.code != 0 or said(run)[1] is not True:
                 problems.append(f"not ready while {phase.name}: {run}")
     else:
         out = next((run for run in ready if run.code == 1 and said(run)[1] is False), None)
