@@ -39,6 +39,8 @@ ALERTS = {
         "VLLMProgressMetricMissing",
         "SGLangProgressMetricMissing",
         "LlamaCppProgressMetricMissing",
+        "LMDeployProgressMetricMissing",
+        "TensorRTLLMProgressMetricMissing",
         "EngineLivenessRestart",
         "EngineLivenessRestartLoop",
         "EnginePoolMostlyNotReady",
