@@ -21,7 +21,7 @@ from stallprobe import (
     replay,
     step,
 )
-from stallprobe.detector import THRASHED, looks_idle, readiness
+from stallprobe.detector import THRASHED, Assessment, looks_idle, readiness
 
 B, IDL, PA, P, SAT, THR, SUS, ST = (
     Verdict.BASELINE,
@@ -1157,3 +1157,79 @@ def test_the_counts_of_finished_and_preempted_requests_round_trip() -> None:
             Sample.from_dict({**sample.to_dict(), name: "many"})
         with pytest.raises(ValueError, match=f"Sample.{name} must be a finite number"):
             Sample(1, 1, 1, 1, finished=math.nan) if name == "finished" else Sample(1, 1, 1, 1, preemptions=math.nan)
+
+
+# --- the thrash rule's edges, each a rule a mutant would break
+
+
+def test_a_request_finishing_while_the_counters_hold_is_progress() -> None:
+    before = assess(None, F(4, 10, 10, 0.0, 5))
+    after = assess(before.state, F(4, 10, 10, 10.0, 6))
+    assert after.verdict is P
+    assert after.state.mark == F(0, 10, 10, 10.0, 6)  # a new period starts at the finish
+    assert after.unfinished_for == 0.0
+
+
+def test_a_silent_page_keeps_the_period_of_nothing_finished() -> None:
+    moving = assess(None, F(4, 10, 10, 0.0, 5))
+    moving = assess(moving.state, F(4, 20, 20, 10.0, 5))
+    assert moving.state.mark is not None
+    quiet = assess(moving.state, Q(20.0))
+    assert quiet.state.mark == moving.state.mark
+
+
+def test_the_period_starts_at_a_sample_busy_only_by_its_owed_queue() -> None:
+    """include_waiting reaches the thrash rule: the last sample, with nothing running but 5 waiting, is
+    busy when every waiting request counts, and the period runs from it."""
+    first = assess(None, Sample(0, 10, 10, 0.0, 5, finished=1, preemptions=0), include_waiting=True)
+    second = assess(first.state, F(4, 20, 20, 10.0, 1), include_waiting=True)
+    assert second.state.mark == F(0, 10, 10, 0.0, 1)
+    alone = assess(first.state, F(4, 20, 20, 10.0, 1))  # the default: nothing waiting is owed there
+    assert alone.state.mark == F(0, 20, 20, 10.0, 1)
+
+
+def test_a_page_without_a_finished_counter_counts_no_period() -> None:
+    first = assess(None, S(4, 10, 10, 0.0))
+    second = assess(first.state, S(4, 20, 20, 10.0))
+    assert (second.verdict, second.unfinished_for, second.state.mark) == (P, 0.0, None)
+
+
+@pytest.mark.parametrize(
+    ("mark", "now", "thrashing"),
+    [
+        (F(0, 1000, 100, 0.0, 1), F(4, 1000, 100100, 700.0, 1), False),  # no decoding since: no sign
+        (F(0, 1000, 100, 0.0, 1), F(4, 1001, 110, 700.0, 1), True),  # one token decoded, ten prefilled
+        (F(0, 1000, 1000000, 0.0, 1), F(4, 1001, 1000005, 700.0, 1), False),  # five prefilled for one decoded
+    ],
+)
+def test_the_signs_compare_what_moved_since_the_period_began(mark: Sample, now: Sample, thrashing: bool) -> None:
+    state = State(F(4, mark.generation, mark.prompt, 600.0, 1), mark=mark)
+    assert (assess(state, now).verdict is THR) is thrashing
+
+
+def test_every_fold_takes_the_thrash_window() -> None:
+    samples = [F(4, 29 * m, 116760 * m, 60.0 * m, 100, waiting=487) for m in range(7)]
+    assert replay(samples, thrash_window=300)[-2:] == [THR, THR]
+    assert replay(samples)[-2:] == [SAT, SAT]
+    state = None
+    for sample in samples:
+        verdict, state = step(state, sample, thrash_window=300)
+    assert verdict is THR
+    states = None
+    for sample in samples:
+        result = assess_engines(states, {"0": sample}, thrash_window=300)
+        states = result.states
+    assert result.verdict is THR
+
+
+def test_a_mark_at_the_last_sample_s_time_reads_back_and_one_later_does_not() -> None:
+    state = State(F(4, 1, 2, 30.0, 7), mark=F(0, 1, 2, 30.0, 7))
+    assert State.from_dict(state.to_dict()) == state
+    assert Assessment(P, state, "", 0.0).unfinished_for == 0.0
+
+
+def test_a_copy_keeps_the_counts_and_takes_new_signals() -> None:
+    sample = F(4, 1, 2, 3.0, 7, preemptions=9)
+    copy = sample.replace(signals={"a": 1.0})
+    assert (copy.signals, copy.finished, copy.preemptions) == ({"a": 1.0}, 7.0, 9.0)
+    assert sample.replace().signals == sample.signals

@@ -27,6 +27,7 @@ from stallprobe.engines import (
     precision_note,
     read_engines,
 )
+from stallprobe.engines import about as engine_about
 
 RUN, WAIT, PROMPT, GEN = VLLM.running, VLLM.waiting, VLLM.prompt, VLLM.generation
 KV = "vllm:kv_cache_usage_perc"
@@ -723,3 +724,82 @@ def test_the_health_route_of_the_engine_named(monkeypatch: pytest.MonkeyPatch, e
 
     monkeypatch.setattr(engines, "DIALECTS", (*DIALECTS, other))
     assert health_route(engine) == route
+
+
+# --- the dialects' new fields, and the readers' edges (each a rule a mutant would break)
+
+
+def test_each_dialect_keeps_what_it_adds_when_its_names_are_overridden() -> None:
+    plain = Dialect("x", running="r", waiting="w", prompt="p", generation="g", port=1, hints=("x",))
+    assert (plain.finished, plain.preemptions) == ("", "")
+    assert (VLLM.finished, VLLM.preemptions) == ("vllm:request_success_total", "vllm:num_preemptions_total")
+    for dialect in (VLLM, LMDEPLOY, TRTLLM):
+        copy = dialect.with_names(running="other")
+        for name in ("finished", "preemptions", "pause_key", "metrics_path", "window", "caveat", "confirm_route"):
+            assert getattr(copy, name) == getattr(dialect, name), (dialect, name)
+    assert (TRTLLM.window, TRTLLM.metrics_path, TRTLLM.confirm_route) == (
+        1800.0,
+        "/prometheus/metrics",
+        "/health_generate",
+    )
+    assert (LMDEPLOY.pause_route, LMDEPLOY.pause_key) == ("/is_sleeping", "is_sleeping")
+    assert VLLM.required_kinds() == ((RUN, False), (PROMPT, True), (GEN, True))
+
+
+def test_a_gauge_is_never_read_under_a_counter_s_spelling() -> None:
+    """Only counters may be spelled with or without _total: a running gauge written as
+    vllm:num_requests_running_total is not the gauge the probe knows, nor is a KV-cache usage one."""
+    page = vllm_page(3, 10, 20).replace(RUN.encode(), RUN.encode() + b"_total")
+    with pytest.raises(MetricsError, match=f"^required metric missing from the vllm page: {RUN}$"):
+        detect(page)
+    with pytest.raises(MetricsError, match=f"^required metric missing from the vllm page: {RUN}$"):
+        read_engines(page, 0.0, VLLM)
+    kv = data_parallel_page({"0": (3, 1, 100, 900, 0.5)}).replace(KV.encode(), KV.encode() + b"_total")
+    assert KV not in read_engines(kv, 0.0)["0"].signals
+
+
+def test_a_counter_spelled_without_total_is_present_where_another_is_missing() -> None:
+    page = b"vllm:num_requests_running 1\n# TYPE vllm:prompt_tokens counter\nvllm:prompt_tokens 5\n"
+    with pytest.raises(MetricsError) as caught:
+        detect(page)
+    assert str(caught.value) == f"required metric missing from the vllm page: {GEN}"
+
+
+def test_a_counter_named_without_total_is_declared_by_its_total_spelling() -> None:
+    page = b"vllm:num_requests_running 1\nvllm:generation_tokens_total 3\n# TYPE my:prompt_total counter\n"
+    with pytest.raises(MetricsError, match=r"my:prompt \(declared, with no sample\)$"):
+        read_engines(page, 0.0, VLLM.with_names(prompt="my:prompt"))
+
+
+def test_every_engine_lacking_a_series_is_named() -> None:
+    page = data_parallel_page({"0": (3, 1, 100, 900, 0.5), "1": (5, 0, 40, 70, 0.25), "2": (1, 0, 1, 1, 0.1)})
+    cut = b"".join(
+        line + b"\n"
+        for line in page.splitlines()
+        if not (line.startswith(PROMPT.encode()) and (b'engine="1"' in line or b'engine="2"' in line))
+    )
+    with pytest.raises(MetricsError, match=f"^required metric {PROMPT} has no series for engine 1, 2 on the vllm page"):
+        read_engines(cut, 0.0)
+
+
+def test_a_counter_signal_is_read_under_either_spelling() -> None:
+    page = sglang_page(2, 1, 100) + b'sglang:cuda_graph_passes{model_name="m",mode="decode"} 42\n'
+    assert read_engines(page, 0.0, SGLANG)[""].signals["sglang:cuda_graph_passes_total"] == 42
+
+
+@pytest.mark.parametrize(
+    ("models", "version", "about"),
+    [
+        (["m"], None, "vllm, model m"),
+        (["b", "a"], None, "vllm, model a, b"),
+        (["a", "b", "c", "d", "e"], None, "vllm, model a, b, c, d"),
+        (["x" * 130], None, "vllm, model " + "x" * 120),
+        (["m"], "0.33.0", "vllm, model m, version 0.33.0"),
+        ([], None, "vllm"),
+    ],
+)
+def test_what_the_page_says_of_the_engine(models: list[str], version: str | None, about: str) -> None:
+    lines = [
+        f'{RUN}{{model_name="{model}"' + (f',version="{version}"' if version else "") + "} 1" for model in models
+    ] or [f"{RUN} 1"]
+    assert engine_about("\n".join(lines).encode() + b"\n", VLLM) == about

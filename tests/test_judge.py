@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from stallprobe.detector import Sample, State, Verdict
-from stallprobe.engines import LLAMACPP, SGLANG, VLLM
+from stallprobe.engines import LLAMACPP, SGLANG, TRTLLM, VLLM
 from stallprobe.errors import ExitCode
 from stallprobe.judge import (
     CANARY_AT,
@@ -26,6 +26,7 @@ from stallprobe.judge import (
     said,
     serving,
     silent,
+    would_be_stalled,
     would_be_stuck,
 )
 
@@ -431,3 +432,200 @@ def test_rules_are_read_from_a_command_s_configuration() -> None:
     assert (rules.window, rules.drain_after, rules.include_waiting, rules.saturation) == (60.0, 10.0, True, 1.0)
     assert rules.canary_interval == DEFAULT_CANARY_INTERVAL
     assert repr(rules).startswith("Rules(canary_interval=600.0, drain_after=10.0")
+
+
+# --- each piece of the judge, as mutants would break it
+
+
+def test_the_rules_defaults_and_each_one_given() -> None:
+    rules = Rules()
+    assert (rules.window, rules.saturation, rules.include_waiting, rules.thrash_window) == (120.0, 1.0, None, 600.0)
+    assert (rules.fail_thrashing_after, rules.drain_after, rules.canary_interval, rules.window_given) == (
+        None,
+        30.0,
+        600.0,
+        True,
+    )
+    given = Rules(
+        window=60, saturation=3, include_waiting=True, thrash_window=90, fail_thrashing_after=120, drain_after=10,
+        canary_interval=20, window_given=False,
+    )  # fmt: skip
+    assert [getattr(given, name) for name in Rules.__slots__] == [20, 10, 120, True, 3, 90, 60, False]
+
+
+def test_the_rules_know_whether_the_operator_gave_the_window() -> None:
+    class Given:
+        given = frozenset({"window"})
+        window = 60.0
+
+    class Default:
+        given = frozenset({"saturation"})
+        window = 120.0
+
+    assert Rules.of(Given()).window_given is True
+    assert Rules.of(Default()).window_given is False
+    assert Rules.of(object()).window_given is False
+
+
+def test_an_engine_whose_page_cannot_show_a_long_request_brings_its_window_where_none_was_given() -> None:
+    default = Rules(window=120, window_given=False, thrash_window=90, drain_after=7)
+    assert default.of_engine(None) is default
+    assert default.of_engine(VLLM) is default  # no window of its own
+    own = default.of_engine(TRTLLM)
+    assert (own.window, own.thrash_window, own.drain_after, own.window_given) == (1800.0, 90, 7, False)
+    assert default.window == 120  # a copy: the command's rules are left as they were
+    given = Rules(window=60, window_given=True)
+    assert given.of_engine(TRTLLM) is given
+
+
+@pytest.mark.parametrize(
+    ("rules", "samples", "verdict"),
+    [
+        (Rules(), [Sample(0, 5, 5, 0.0, 3), Sample(0, 5, 5, 10.0, 3)], Verdict.IDLE),
+        (Rules(include_waiting=True), [Sample(0, 5, 5, 0.0, 3), Sample(0, 5, 5, 10.0, 3)], Verdict.SUSPECT),
+        (Rules(), [Sample(4, 5, 5, 0.0, 3), Sample(4, 9, 5, 10.0, 3)], Verdict.SATURATED),
+        (Rules(saturation=5), [Sample(4, 5, 5, 0.0, 3), Sample(4, 9, 5, 10.0, 3)], Verdict.PROGRESSING),
+        (
+            Rules(thrash_window=10),
+            [Sample(4, 0, 0, 0.0, finished=1), Sample(4, 1, 100, 10.0, finished=1)],
+            Verdict.THRASHING,
+        ),
+        (
+            Rules(thrash_window=10, fail_thrashing_after=10),
+            [Sample(4, 0, 0, 0.0, finished=1), Sample(4, 1, 100, 10.0, finished=1)],
+            Verdict.STALLED,
+        ),
+    ],
+)
+def test_every_rule_reaches_the_detector(rules: Rules, samples: list[Sample], verdict: Verdict) -> None:
+    first = rules.assess(None, {"": samples[0]})
+    assert rules.assess(first.states, {"": samples[1]}).verdict is verdict
+
+
+def test_a_look_keeps_what_it_was_given() -> None:
+    look = Observation(
+        VLLM, {"": BUSY}, unanswered="u", note="n", health="h", health_silent="s", canary_at=1.5, about="vllm, model m"
+    )
+    assert (look.unanswered, look.note, look.health, look.health_silent, look.canary_at, look.about) == (
+        "u",
+        "n",
+        "h",
+        "s",
+        1.5,
+        "vllm, model m",
+    )
+    bare = Observation(None, {"": BUSY})
+    assert (bare.unanswered, bare.note, bare.health, bare.health_silent, bare.canary_at, bare.about) == (
+        "",
+        "",
+        None,
+        "",
+        None,
+        "",
+    )
+    assert repr(look) == f"Observation('vllm', {{'': {BUSY!r}}}, unanswered='u', note='n')"
+    assert repr(bare).startswith("Observation(None, ")
+
+
+def test_a_silent_look_has_a_sample_without_numbers_for_each_engine_seen_before() -> None:
+    assert silent(None, 5.0, "why").samples == {"": Sample(0, 0, 0, 5.0, answered=False)}
+    look = silent({"0": State(BUSY), "1": State(BUSY)}, 5.0, "no answer")
+    assert (sorted(look.samples), look.unanswered, look.dialect) == (["0", "1"], "no answer", None)
+    assert all(sample == Sample(0, 0, 0, 5.0, answered=False) for sample in look.samples.values())
+
+
+def test_memories_differ_by_their_engines_too() -> None:
+    assert Memory({"0": State(BUSY)}) != Memory({"0": State(Sample(4, 101, 50, 10.0))})
+    assert Memory({"0": State(BUSY)}) == Memory({"0": State(BUSY)})
+    assert Memory() != Memory({})
+    assert (Memory() == 3) is False
+
+
+def test_what_is_said_keeps_the_engines_remembered() -> None:
+    memory = remembered(BUSY)
+    _, after = said(memory, "liveness", "alive", "x")
+    assert after.states == memory.states
+
+
+def test_a_judgment_holds_the_assessment_the_routing_and_readiness() -> None:
+    memory = remembered(Sample(4, 100, 50, 5.0), stall_since=-25.0)
+    judgment = judge(RULES, memory, seen(BUSY, health=""), ready=False)
+    assert judgment.result.verdict is Verdict.SUSPECT
+    assert judgment.routing.verdict is Verdict.STALLED  # the drain window's step
+    assert judgment.ready is False
+    assert judgment.first == ""
+    assert judgment.memory.states == judgment.result.states
+    assert judgment.previous == memory.states
+
+
+def test_the_words_carry_the_note_the_first_run_and_the_engine_s_caveat() -> None:
+    note = seen(BUSY, note="the canary was answered in 0.2 s", health="", health_silent="no answer in 3 s")
+    ready = judge(RULES, remembered(Sample(4, 90, 50, 5.0)), note, ready=True)
+    assert ready.line.endswith("; the canary was answered in 0.2 s; no answer in 3 s (for 0.0 s; drained at 30 s)")
+    first = judge(RULES, Memory(), seen(BUSY, health=""), ready=True, first="state file is from another boot")
+    assert first.line == (
+        "ready: baseline: 4 running, 0 waiting; state file is from another boot, progress is judged from the next run"
+    )
+    live = judge(RULES, remembered(Sample(4, 90, 50, 5.0)), seen(BUSY, note="n"))
+    assert live.line.endswith("; n")
+    frozen = Memory({"": State(Sample(4, 100, 50, 5.0), -200.0)}, dialect="trtllm")
+    own = Observation(TRTLLM, {"": BUSY})
+    rules = Rules(window_given=False)
+    for ready_run in (False, True):
+        words = judge(rules, frozen, own, ready=ready_run).line
+        assert "(window 1800 s)" in words or "(window 30 s)" in words
+        assert "trtllm counts tokens only when a request finishes" in words, words
+    quiet = judge(rules, frozen, silent(frozen.states, 10.0, "no answer"))
+    assert "(window 1800 s)" in quiet.line  # the engine remembered, when the page gave no answer
+    silent_ready = judge(rules, frozen, silent(frozen.states, 10.0, "no answer"), ready=True)
+    assert silent_ready.line == "not ready: stalled: no answer; nothing answered for 210 s (window 30 s)"
+
+
+@pytest.mark.parametrize(
+    ("before", "now", "stalled"),
+    [
+        ({"": State(Sample(4, 100, 50, 5.0), -500.0)}, BUSY, True),
+        ({"": State(Sample(4, 100, 50, 5.0))}, BUSY, False),  # only suspect
+        ({"": State(Sample(4, 90, 50, 5.0), -500.0)}, BUSY, False),  # it moved
+        (None, BUSY, False),
+    ],
+)
+def test_only_an_engine_that_would_be_stalled_is_asked_to_confirm(
+    before: dict[str, State] | None, now: Sample, stalled: bool
+) -> None:
+    assert would_be_stalled(RULES, before, {"": now}) is stalled
+
+
+def test_a_canary_sent_this_very_moment_is_not_due_again() -> None:
+    memory = Memory({"": State(Sample(0, 1, 1, 50.0))}, facts={CANARY_AT: 100.0})
+    assert canary_due(Rules(), memory, 100.0) is False
+
+
+@pytest.mark.parametrize(
+    ("samples", "theirs", "keep"),
+    [
+        # an engine theirs does not know, then one older than theirs: theirs is newer
+        ({"0": Sample(4, 110, 50, 20.0), "1": Sample(4, 5, 5, 20.0)}, {"1": State(Sample(4, 9, 5, 15.0))}, False),
+        # one engine ahead by its counters, the other behind: theirs is newer
+        (
+            {"0": Sample(4, 110, 50, 20.0), "1": Sample(4, 5, 5, 20.0)},
+            {"0": State(Sample(4, 100, 50, 15.0)), "1": State(Sample(4, 9, 5, 15.0))},
+            False,
+        ),
+        # equal generation, a higher prompt: this run's page is newer
+        ({"0": Sample(4, 100, 60, 20.0)}, {"0": State(Sample(4, 100, 50, 25.0))}, True),
+        # the very same sample: newer or not, nothing is lost
+        ({"0": Sample(4, 100, 50, 20.0)}, {"0": State(Sample(4, 100, 50, 20.0))}, True),
+    ],
+)
+def test_which_of_two_overlapping_pages_is_newer(
+    samples: dict[str, Sample], theirs: dict[str, State], keep: bool
+) -> None:
+    mine = Memory({"9": State(Sample(1, 1, 1, 1.0))})
+    assert merge(mine, Memory(theirs), samples)[1] is keep
+
+
+def test_a_sample_at_theirs_time_is_judged_against_theirs() -> None:
+    theirs = Memory({"0": State(Sample(4, 100, 50, 20.0))}, said={"readiness": "ready"})
+    memory, keep = merge(MINE, theirs, {"0": Sample(4, 110, 50, 20.0)})
+    assert (memory.states, keep) == (theirs.states, True)

@@ -472,7 +472,7 @@ ENGINE_NAMES = ("auto", *(dialect.name for dialect in DIALECTS))
 _INF = float("inf")
 
 
-def _present(page: bytes, name: str, counter: bool = False) -> bool:
+def _present(page: bytes, name: str, counter: bool) -> bool:
     # Presence only: read_engines parses the lines once the dialect is chosen. A name nowhere in the page
     # (one search, stopped at the first hit) is on no line of it: another engine's name costs one search,
     # not three (its samples, its # TYPE, its # HELP). A counter may be spelled without its `_total`.
