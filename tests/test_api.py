@@ -10,9 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stallprobe import api
+from stallprobe import api, jsonlite
+from stallprobe.asking import Ask, Outcome
 from stallprobe.errors import ScrapeError, ScrapeTimeout
-from stallprobe.scrape import Answer, Ask, Outcome
+from stallprobe.scrape import Answer
 
 # (text, what json.loads reads): the answers the engines give, and the edges of the fast reader.
 READS: list[tuple[str, object]] = [
@@ -35,7 +36,7 @@ REFUSED = ['{"a":1,}', '{"a":01}', '{"a":.5}', '{"a":-}', '{"a" 1}', "{a:1}", '{
 @pytest.mark.parametrize(("text", "expected"), READS)
 def test_loads_reads_as_json_does(text: str, expected: object) -> None:
     assert READS
-    assert api.loads(text) == json.loads(text) == expected
+    assert jsonlite.loads(text) == json.loads(text) == expected
 
 
 @pytest.mark.parametrize("text", REFUSED)
@@ -43,13 +44,13 @@ def test_loads_refuses_what_json_refuses(text: str) -> None:
     with pytest.raises(json.JSONDecodeError):
         json.loads(text)
     with pytest.raises(json.JSONDecodeError):
-        api.loads(text)
+        jsonlite.loads(text)
 
 
 @settings(max_examples=500, deadline=None)
 @given(st.text(alphabet='{}[]":,. -0123456789eEtruflsnab\\\n\t', max_size=40))
 def test_the_fast_reader_never_disagrees_with_json(text: str) -> None:
-    flat = api._flat(text)
+    flat = jsonlite._flat(text)
     if flat is not None:
         assert json.loads(text) == flat
 
@@ -65,7 +66,7 @@ def test_the_fast_reader_never_disagrees_with_json(text: str) -> None:
 )
 def test_the_fast_reader_reads_every_flat_object(data: dict[str, object], separators: tuple[str, str]) -> None:
     text = json.dumps(data, separators=separators)
-    assert api._flat(text) == data
+    assert jsonlite._flat(text) == data
 
 
 def asked(question: Generator[Ask, Outcome, bool], outcome: Outcome) -> bool:

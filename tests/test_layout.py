@@ -26,7 +26,10 @@ LAYERS = {
     "stallprobe.inject.shell": 1,
     "stallprobe.inject.decide": 3,
     # The edges: HTTP, the state file, the single-file build.
+    "stallprobe.urls": 0,  # a URL's host, port and path, and its origin
+    "stallprobe.jsonlite": 0,  # JSON without json where it can be
     "stallprobe.scrape": 2,
+    "stallprobe.asking": 3,  # a look's exchanges: what it asks, how each went, performed one by one
     "stallprobe.credentials": 2,  # the API key the exchanges send: its file, or a variable
     "stallprobe.statefile": 5,  # the judge's memory, between two runs
     "stallprobe.killswitch": 2,  # the report-only switch's file

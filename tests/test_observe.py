@@ -8,8 +8,8 @@ from collections.abc import Callable
 import pytest
 
 from conftest import vllm_page
+from stallprobe import asking
 from stallprobe import observe as observe_module
-from stallprobe import scrape
 from stallprobe.detector import Sample, State
 from stallprobe.errors import ScrapeError, ScrapeTimeout
 from stallprobe.judge import Memory
@@ -17,6 +17,7 @@ from stallprobe.observe import Observation, observe, silent
 from stallprobe.probe import Config
 from stallprobe.scrape import Answer
 from stallprobe.settings import parse
+from stallprobe.urls import origin
 
 URL = "http://engine:8000/metrics"
 BUSY = vllm_page(4, 100, 50)
@@ -55,7 +56,7 @@ class Fake:
 def fake(monkeypatch: pytest.MonkeyPatch) -> Callable[[dict[str, Answer | Exception]], Fake]:
     def make(answers: dict[str, Answer | Exception]) -> Fake:
         engine = Fake(answers)
-        monkeypatch.setattr(scrape, "exchange", engine.exchange)  # every exchange of a look goes through it
+        monkeypatch.setattr(asking, "exchange", engine.exchange)  # every exchange of a look goes through it
         return engine
 
     return make
@@ -235,7 +236,7 @@ def test_silence_keeps_every_engine_seen_before() -> None:
     [("http://h:1/metrics", "http://h:1"), ("http://h:1", "http://h:1"), ("http://[::1]:8/a/b", "http://[::1]:8")],
 )
 def test_origin(url: str, expected: str) -> None:
-    assert observe_module.origin(url) == expected
+    assert origin(url) == expected
 
 
 def test_the_worst_case_of_a_look_counts_every_question() -> None:

@@ -1,5 +1,6 @@
 """The HTTP client (scrape.py), in process, against a real server on loopback that answers each way an
-engine's server (or something else on its port) can: what fetch() returns or raises for each. Whether
+engine's server (or something else on its port) can: what fetch() (the page of one exchange) returns or
+raises for each. Whether
 the server answered at all decides what the probe can still do (BadAnswer: ask the health route), so
 that line is held here as a table."""
 
@@ -14,10 +15,16 @@ import pytest
 
 from conftest import RawServer, refused_url
 from stallprobe.errors import BadAnswer, ScrapeError, ScrapeTimeout
-from stallprobe.scrape import fetch, parse_url
+from stallprobe.scrape import MAX_PAGE_BYTES, exchange, page_of
+from stallprobe.urls import parse_url
 
 Behave = Callable[[socket.socket, threading.Event], None]
 BODY = b"vllm:num_requests_running 1\n"
+
+
+def fetch(url: str, timeout: float, max_bytes: int = MAX_PAGE_BYTES) -> bytes:
+    """The page a GET of `url` answers, as a probe's look takes it: scrape.exchange, then scrape.page_of."""
+    return page_of(url, exchange(url, timeout, max_bytes=max_bytes))
 
 
 def respond(*head: bytes, body: bytes = BODY) -> Behave:

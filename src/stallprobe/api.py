@@ -2,8 +2,8 @@
 canary, one minimal completion. Each is asked only when the page alone cannot tell (the probe says when),
 so a healthy run never loads this module, nor json (which loads re).
 
-Each question is a generator: it yields the exchanges it needs (scrape.Ask) and is sent how each went
-(scrape.Outcome), so that the probe performs them one after another (scrape.drive) and watch performs
+Each question is a generator: it yields the exchanges it needs (asking.Ask) and is sent how each went
+(asking.Outcome), so that the probe performs them one after another (asking.drive) and watch performs
 those of thousands of engines at once on one thread, both asking and judging alike (observe.look).
 
 Each question has a deadline of its own. A question that goes unanswered, or that the engine does not
@@ -13,18 +13,21 @@ silence is evidence, and only of the kind the page cannot give: requests hung at
 
 from __future__ import annotations
 
+from .asking import Ask, drive
 from .errors import BadAnswer, MetricsError, ScrapeError, ScrapeTimeout
+from .jsonlite import loads
 from .report import num, secs
-from .scrape import Ask, drive, status_error
+from .scrape import status_error
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Generator, Mapping
     from typing import Protocol, TypeVar
 
+    from .asking import Outcome
     from .detector import Sample
     from .engines import Dialect
-    from .scrape import Answer, Outcome
+    from .scrape import Answer
 
     T = TypeVar("T")
     Asks = Generator[Ask, Outcome, T]  # a question: the exchanges it needs, then what it learnt
@@ -52,7 +55,6 @@ __all__ = [
     "in_flight",
     "is_paused",
     "live_loads",
-    "loads",
     "paused_answer",
     "server_load",
 ]
@@ -75,81 +77,6 @@ def _json(answer: Answer, where: str) -> object:
         return loads(answer.body.decode("utf-8"))
     except ValueError:  # UnicodeDecodeError and JSONDecodeError alike
         raise MetricsError(f"{where}: the answer is not JSON") from None
-
-
-_DIGITS = "0123456789"
-
-
-def _scalar(token: str) -> object:
-    """A JSON literal or a plain number (an integer, or one with a fraction), as json reads it; ValueError
-    for anything else (the caller then leaves the text to json)."""
-    if token in _LITERALS:
-        return _LITERALS[token]
-    whole, dot, fraction = token[1:] if token[:1] == "-" else token, "", ""
-    if "." in whole:
-        whole, dot, fraction = whole.partition(".")
-    plain = whole and all(c in _DIGITS for c in whole) and (whole == "0" or whole[0] != "0")
-    if plain and (not dot or (fraction and all(c in _DIGITS for c in fraction))):
-        return float(token) if dot else int(token)
-    raise ValueError(token)
-
-
-_LITERALS: dict[str, object] = {"true": True, "false": False, "null": None}
-
-
-def _flat(text: str) -> dict[str, object] | None:
-    """One JSON object of plain scalars and strings without escapes (vLLM's `{"is_paused":false}`, its
-    `{"server_load":3}`), read without json; None for anything else."""
-    body = text.strip(" \t\n\r")
-    if body[:1] != "{" or body[-1:] != "}" or any(c in body[1:-1] for c in "{}[]\\"):
-        return None
-    data: dict[str, object] = {}
-    rest = body[1:-1].strip(" \t\n\r")
-    while rest:
-        if rest[0] != '"':
-            return None
-        end = rest.find('"', 1)
-        key, rest = rest[1:end], rest[end + 1 :].lstrip(" \t\n\r")
-        if end < 0 or rest[:1] != ":" or any(c < " " for c in key):  # json refuses control characters
-            return None
-        rest = rest[1:].lstrip(" \t\n\r")
-        if rest[:1] == '"':
-            end = rest.find('"', 1)
-            if end < 0:
-                return None
-            text_value = rest[1:end]
-            if any(c < " " for c in text_value):
-                return None
-            value: object = text_value
-            rest = rest[end + 1 :]
-        else:
-            stop = rest.find(",")
-            token, rest = (rest, "") if stop < 0 else (rest[:stop], rest[stop:])
-            try:
-                value = _scalar(token.strip(" \t\n\r"))
-            except ValueError:
-                return None
-        data[key] = value
-        rest = rest.lstrip(" \t\n\r")
-        if rest[:1] == ",":
-            rest = rest[1:].lstrip(" \t\n\r")
-            if not rest:
-                return None  # a trailing comma is not JSON
-        elif rest:
-            return None
-    return data
-
-
-def loads(text: str) -> object:
-    """json.loads(text). The one-level objects vLLM's routes answer with (the question asked of a busy
-    engine that looks stuck: /is_paused) are read here without importing json, and re with it: that import
-    was half the cost of such a run. Anything else goes to json."""
-    flat = _flat(text)
-    if flat is not None:
-        return flat
-    import json
-
-    return json.loads(text)
 
 
 class Reply:

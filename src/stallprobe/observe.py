@@ -11,27 +11,29 @@ Every question beyond the page is asked only when the page alone cannot tell, so
 is one GET (two with readiness); api.py, and json with it, is loaded only then.
 
 A look is decided apart from its I/O: look() is a generator that yields each exchange it needs next
-(scrape.Ask), given how the ones before it went (scrape.Outcome), and returns the Observation. The probe
-and doctor perform its exchanges one after another (observe(): scrape.drive); watch performs those of
+(asking.Ask), given how the ones before it went (asking.Outcome), and returns the Observation. The probe
+and doctor perform its exchanges one after another (observe(): asking.drive); watch performs those of
 every endpoint of its pool at once, on one thread (watch/loop.py). What is asked and how it is judged is
 the same.
 """
 
 from __future__ import annotations
 
+from .asking import Ask, drive
 from .detector import looks_idle
 from .engines import about as engine_about
 from .engines import choose, read_engines
 from .errors import ScrapeError, ScrapeTimeout
 from .judge import Observation, Rules, canary_due, silent, would_be_stalled, would_be_stuck
-from .scrape import Ask, drive, page_of
+from .scrape import page_of
+from .urls import origin
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Generator
 
+    from .asking import Outcome
     from .judge import Memory
-    from .scrape import Outcome
     from .settings import LookSettings
 
 __all__ = [
@@ -41,16 +43,9 @@ __all__ = [
     "kubelet_timeout",
     "look",
     "observe",
-    "origin",
     "silent",
     "worst_case",
 ]
-
-
-def origin(url: str) -> str:
-    """`http://host:port` of a URL: where the engine's other routes are."""
-    slash = url.find("/", url.find("://") + 3)
-    return url if slash < 0 else url[:slash]
 
 
 def observe(

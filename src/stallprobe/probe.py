@@ -134,8 +134,9 @@ def _unjudged(config: Config, blind: BadAnswer | MetricsError | StateFileError) 
     raised again with the health route's answer. A route that gives no answer is excused where a page
     that gives none would be: under --report-only, and for readiness until --drain-after."""
     from .engines import health_route
-    from .observe import health, origin
+    from .observe import health
     from .report import unjudged_line
+    from .urls import origin
 
     route = health_route(config.engine)
     why, quiet = health(origin(config.url) + route, config, missing_ok=False)
@@ -324,7 +325,8 @@ def _excused(config: Config, code: int, line: str) -> tuple[int, str]:
     """A liveness run under --report-only that would fail: its own verdict is excused, never what an
     httpGet of the health route would fail on (asked now, within what is left of the run's budget)."""
     from .engines import health_route
-    from .observe import budget, health, origin
+    from .observe import budget, health
+    from .urls import origin
 
     left = max(0.5, budget(config) - (time.monotonic() - config.started))
     route = origin(config.url) + health_route(config.engine)

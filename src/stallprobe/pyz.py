@@ -137,12 +137,13 @@ TOOLS = (
 # run loads, with those only some runs load: api for a run that finds the engine looking stuck, compiling
 # it from source would cost such a run ~3 ms; evidence for a failing run that writes it; killswitch for a
 # run that reads the report-only switch).
-SOMETIMES = ("api", "evidence", "killswitch")
+SOMETIMES = ("api", "evidence", "jsonlite", "killswitch")
 HOT = tuple(
     f"stallprobe/{name}.py"
     for name in (
         "__init__",
         "api",
+        "asking",
         "cli",
         "console",
         "credentials",
@@ -151,6 +152,7 @@ HOT = tuple(
         "errors",
         "evidence",
         "exposition",
+        "jsonlite",
         "judge",
         "killswitch",
         "observe",
@@ -163,6 +165,7 @@ HOT = tuple(
         "statefile",
         "switches",
         "trace",
+        "urls",
     )
 )
 

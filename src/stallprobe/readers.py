@@ -138,7 +138,7 @@ def read_engine_label(name: str, text: str) -> str:
 
 
 def read_url(name: str, text: str) -> str:
-    from .scrape import parse_url  # only for a URL: scrape loads the socket module
+    from .urls import parse_url
 
     variable = host_reference(text)
     if variable:
@@ -174,7 +174,7 @@ def expand_url(name: str, url: str, environ: Mapping[str, str]) -> str:
         raise UsageError(f"{name}'s host $({variable}) cannot be read: {variable} is not set in the environment")
     host = f"[{value}]" if ":" in value else value
     expanded = url.replace(f"$({variable})", host, 1)
-    from .scrape import parse_url
+    from .urls import parse_url
 
     try:
         parse_url(expanded)

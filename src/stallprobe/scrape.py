@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 
 from .errors import BadAnswer, ScrapeError, ScrapeTimeout
+from .urls import hostport, parse_url
 
 try:
     # The C module that `socket` wraps. `socket` itself turns every constant into an enum member when it
@@ -24,28 +25,16 @@ try:
 except ImportError:  # an interpreter without it: the module every other Python program uses
     import socket as net  # type: ignore[no-redef]
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from collections.abc import Callable, Generator
-    from typing import TypeVar
-
-    T = TypeVar("T")
-
 __all__ = [
     "MAX_PAGE_BYTES",
     "Answer",
-    "Ask",
-    "Outcome",
     "Reading",
-    "drive",
     "exchange",
     "failure",
-    "fetch",
     "host_bytes",
     "page_of",
-    "parse_url",
-    "perform",
     "request_bytes",
+    "status_error",
 ]
 
 # A vLLM page is ~50 KB; with hundreds of LoRA adapters and histograms a few MB. 32 MiB bounds memory
@@ -53,44 +42,6 @@ __all__ = [
 MAX_PAGE_BYTES = 32 * 1024 * 1024
 
 _HEAD_LIMIT = 64 * 1024  # status line and headers; a real server sends well under 1 KiB
-
-
-def parse_url(url: str) -> tuple[str, int, str]:
-    """Split `http://host[:port]/path` into host, port and path; ValueError says what is wrong."""
-    scheme, sep, rest = url.partition("://")
-    if not sep or scheme.lower() != "http":
-        raise ValueError("must be an http:// URL")
-    slash = rest.find("/")
-    hostport, path = (rest, "/") if slash < 0 else (rest[:slash], rest[slash:])
-    path = path.partition("#")[0]
-    if "@" in hostport:
-        raise ValueError("must not carry user information")
-    if hostport.startswith("["):  # [::1]:8000
-        close = hostport.find("]")
-        if close < 0:
-            raise ValueError("has an unclosed [ in its host")
-        host, port_text = hostport[1:close], hostport[close + 1 :]
-        if port_text and not port_text.startswith(":"):
-            raise ValueError("has junk after its [host]")
-        port_text = port_text[1:]
-    else:
-        host, _, port_text = hostport.partition(":")
-    if not host:
-        raise ValueError("has no host")
-    if not host.isascii():
-        try:
-            host.encode("idna")  # what fetch() resolves; a name IDNA refuses can never be reached
-        except UnicodeError:
-            raise ValueError("has a host name that cannot be encoded for DNS") from None
-    if not port_text:
-        port = 80
-    elif port_text.isascii() and port_text.isdigit() and 0 < int(port_text) < 65536:
-        port = int(port_text)
-    else:
-        raise ValueError(f"has an invalid port {port_text!r}")
-    if any(ch in url for ch in " \r\n\t"):
-        raise ValueError("must not contain blanks or line breaks")
-    return host, port, path
 
 
 def _remaining(deadline: float, what: str, timeout: float) -> float:
@@ -176,12 +127,6 @@ _AUTH_HINT = (
 )
 
 
-def fetch(url: str, timeout: float, max_bytes: int = MAX_PAGE_BYTES, key: str = "") -> bytes:
-    """GET `url` and return the body; ScrapeError for anything but a complete 2xx answer in time
-    (ScrapeTimeout when the deadline passed)."""
-    return page_of(url, exchange(url, timeout, max_bytes=max_bytes, key=key))
-
-
 def page_of(url: str, answer: Answer) -> bytes:
     """The body of the answer to GET `url`; BadAnswer unless it is a 2xx."""
     if not 200 <= answer.code < 300:
@@ -247,10 +192,9 @@ def host_bytes(host: str) -> bytes:
 
 def request_bytes(host: str, port: int, path: str, *, method: str = "GET", body: bytes = b"", key: str = "") -> bytes:
     """The whole HTTP/1.0 request for `path` at `host`:`port` (`key` as a bearer token, `body` as JSON)."""
-    hostport = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     fields = [
         f"{method} {path} HTTP/1.0",
-        f"Host: {hostport}",
+        f"Host: {hostport(host, port)}",
         "Accept: text/plain, application/json",
         "Accept-Encoding: identity",
         "User-Agent: stallprobe",
@@ -266,8 +210,7 @@ def request_bytes(host: str, port: int, path: str, *, method: str = "GET", body:
 def failure(exc: OSError, where: str, host: str, port: int, timeout: float) -> ScrapeError:
     """The error of a socket call that failed while talking to `host`:`port` for `where`."""
     if isinstance(exc, ConnectionRefusedError):
-        hostport = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        return ScrapeError(f"{where}: connection refused (is the engine up on {hostport}?)")
+        return ScrapeError(f"{where}: connection refused (is the engine up on {hostport(host, port)}?)")
     if isinstance(exc, net.timeout):
         return ScrapeTimeout(f"{where}: no complete answer within {timeout:g} s")
     if isinstance(exc, ConnectionResetError):
@@ -357,76 +300,3 @@ def _answer(data: bytes, where: str, max_bytes: int) -> Answer:
     elif encoding not in ("", "identity"):
         raise BadAnswer(f"{where}: unsupported Content-Encoding {encoding[:40]!r}")
     return Answer(code, reason, headers, body)
-
-
-class Ask:
-    """One exchange that a look needs (observe.look and api.py's questions yield these): what exchange()
-    takes. Whoever drives the look performs it - blocking (perform), or among many on one thread (watch) -
-    and sends back an Outcome."""
-
-    __slots__ = ("body", "key", "max_bytes", "method", "timeout", "url", "what")
-
-    def __init__(
-        self,
-        url: str,
-        timeout: float,
-        *,
-        key: str = "",
-        method: str = "GET",
-        body: bytes = b"",
-        max_bytes: int = MAX_PAGE_BYTES,
-        what: str = "scrape",
-    ) -> None:
-        self.url = url
-        self.timeout = timeout
-        self.key = key
-        self.method = method
-        self.body = body
-        self.max_bytes = max_bytes
-        self.what = what
-
-    def __repr__(self) -> str:
-        return f"Ask({self.method} {self.url!r}, {self.timeout:g} s)"
-
-
-class Outcome:
-    """How an Ask went: its answer or its error (exactly one is None), when it was started and when it
-    ended (the driver's clock)."""
-
-    __slots__ = ("answer", "ended", "error", "started")
-
-    def __init__(self, answer: Answer | None, error: ScrapeError | None, started: float, ended: float) -> None:
-        self.answer = answer
-        self.error = error
-        self.started = started
-        self.ended = ended
-
-    def result(self) -> Answer:
-        """The answer; raises the error, as exchange() would have."""
-        if self.answer is None:
-            raise self.error or ScrapeError("no answer")
-        return self.answer
-
-
-def perform(ask: Ask, clock: Callable[[], float]) -> Outcome:
-    """Perform `ask` here and now, blocking (exchange()); its Outcome. Anything but ScrapeError is raised."""
-    started = clock()
-    try:
-        answer = exchange(
-            ask.url, ask.timeout, method=ask.method, body=ask.body, max_bytes=ask.max_bytes, key=ask.key, what=ask.what
-        )
-    except ScrapeError as exc:
-        return Outcome(None, exc, started, clock())
-    return Outcome(answer, None, started, clock())
-
-
-def drive(steps: Generator[Ask, Outcome, T], clock: Callable[[], float]) -> T:
-    """Run a look (observe.look) or one of api.py's questions to its end, performing each exchange it
-    asks for here, one after another."""
-    try:
-        ask = next(steps)
-        while True:
-            ask = steps.send(perform(ask, clock))
-    except StopIteration as stop:
-        result: T = stop.value
-        return result

@@ -13,8 +13,9 @@ from ..errors import ExitCode, MetricsError, ScrapeError, ScrapeTimeout
 from ..exposition import has_samples, is_declared
 from ..judge import Memory
 from ..observe import observe
-from ..scrape import exchange, parse_url, status_error
+from ..scrape import exchange, status_error
 from ..serving import SERVING
+from ..urls import parse_url
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -16,7 +16,8 @@ from ..api import PAUSE_QUERY_TIMEOUT, ask, server_load
 from ..detector import Verdict
 from ..errors import MetricsError, ScrapeError
 from ..judge import Memory, Rules, judge
-from ..observe import observe, origin
+from ..observe import observe
+from ..urls import origin
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from ..options import PASSED_ON
 from ..report import num
-from ..scrape import parse_url
 from ..serving import default_address
 from ..settings import given_flags
 from ..stanza import Plan, liveness_probe, probe_command, readiness_probe, startup_probe
+from ..urls import parse_url
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -23,6 +23,7 @@ from ..options import WATCH
 from ..readers import read_url
 from ..report import drain_warning
 from ..settings import parse
+from ..urls import hostport
 from .hooks import HOOK_FLAGS
 from .poll import Watch, WatchConfig
 from .view import Output, once_code
@@ -197,11 +198,6 @@ def main(argv: Sequence[str], environ: Mapping[str, str]) -> int:
             agent.shutdown()
 
 
-def _shown(host: str, port: int) -> str:
-    """host:port, an IPv6 host in brackets."""
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
 def _listen(host: str, port: int, board: Board) -> ThreadingHTTPServer:
     """--listen, serving; UsageError when it cannot."""
     from .serve import listen
@@ -209,8 +205,8 @@ def _listen(host: str, port: int, board: Board) -> ThreadingHTTPServer:
     try:
         server = listen(host, port, board)
     except OSError as exc:
-        raise UsageError(f"--listen {_shown(host, port)}: {exc.strerror or exc}") from None
-    where = _shown(str(server.server_address[0]), int(server.server_address[1]))
+        raise UsageError(f"--listen {hostport(host, port)}: {exc.strerror or exc}") from None
+    where = hostport(str(server.server_address[0]), int(server.server_address[1]))
     tell(f"stallprobe watch: serving http://{where}/metrics and /ready?url=URL")
     return server
 
@@ -222,8 +218,8 @@ def _agent(host: str, port: int, board: Board, config: WatchConfig) -> Agent:
     try:
         agent = serve_agent(host, port, board, config.urls, config.drain_after)
     except OSError as exc:
-        raise UsageError(f"--agent {_shown(host, port)}: {exc.strerror or exc}") from None
-    tell(f"stallprobe watch: answering HAProxy's agent checks on {_shown(*agent.address)}")
+        raise UsageError(f"--agent {hostport(host, port)}: {exc.strerror or exc}") from None
+    tell(f"stallprobe watch: answering HAProxy's agent checks on {hostport(*agent.address)}")
     return agent
 
 

@@ -1,7 +1,7 @@
 """Every endpoint's look at once, on one thread: observe.look's exchanges performed by a selector loop.
 
 A look (observe.look) decides what to ask; this module only performs the exchanges it yields, many at a
-time, and sends back how each went, as scrape.perform does for the probe one at a time: the same request
+time, and sends back how each went, as asking.perform does for the probe one at a time: the same request
 bytes (scrape.request_bytes), the same reading of the answer (scrape.Reading) and the same error lines
 (scrape.failure), so an endpoint's row reads as the probe's line for it would.
 
@@ -36,16 +36,19 @@ import socket
 import threading
 import time
 
+from ..asking import Outcome
 from ..errors import ScrapeError, ScrapeTimeout, StallprobeError
-from ..scrape import Outcome, Reading, failure, host_bytes, parse_url, request_bytes
+from ..scrape import Reading, failure, host_bytes, request_bytes
+from ..urls import parse_url
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import queue
     from collections.abc import Callable, Generator
 
+    from ..asking import Ask
     from ..judge import Observation
-    from ..scrape import Answer, Ask
+    from ..scrape import Answer
 
     Address = tuple[int, int, int, tuple[object, ...]]  # family, type, proto, sockaddr
     Resolve = Callable[[bytes, int], list[Address]]
