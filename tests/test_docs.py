@@ -136,8 +136,8 @@ def test_every_page_says_one_drain_time() -> None:
 
 def test_the_poll_bound_the_pools_page_gives_is_the_code_s() -> None:
     """pools.md's bound on one poll of watch: the page's --timeout, the stuck engine's one question
-    (api.PAUSE_QUERY_TIMEOUT), and the poll's grace for reading the pages (watch.poll._GRACE)."""
-    from stallprobe.api import PAUSE_QUERY_TIMEOUT
+    (api.STUCK_QUESTION_TIMEOUT), and the poll's grace for reading the pages (watch.poll._GRACE)."""
+    from stallprobe.api import STUCK_QUESTION_TIMEOUT
     from stallprobe.report import num
     from stallprobe.watch import poll
 
@@ -148,7 +148,7 @@ def test_the_poll_bound_the_pools_page_gives_is_the_code_s() -> None:
         text,
     )
     assert said, "pools.md no longer says how long a poll can take"
-    assert said.groups() == (num(PAUSE_QUERY_TIMEOUT), num(poll._GRACE))
+    assert said.groups() == (num(STUCK_QUESTION_TIMEOUT), num(poll._GRACE))
 
 
 def test_cost_figures_quoted_elsewhere_are_cost_md_s_current_ones() -> None:

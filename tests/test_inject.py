@@ -24,7 +24,8 @@ import yaml
 
 from conftest import REPO, clean_env, rewind, validate
 from stallprobe.errors import ExitCode
-from stallprobe.inject import PYZ_PATH, Choice, InjectConfig, decide, engine_of, inject, pod_specs, read_documents
+from stallprobe.inject import PYZ_PATH, Choice, InjectConfig, decide, engine_of, inject, read_documents
+from stallprobe.inject.core import TEMPLATE_PATHS
 from stallprobe.inject.manifests import MAX_BYTES, MAX_DEPTH, MAX_NODES, NO_RUAMEL
 from stallprobe.inject.shell import k8s_expand
 from stallprobe.pyz import launcher
@@ -93,6 +94,16 @@ def probe_of(doc: dict[str, Any], path: tuple[str, ...] = ("spec", "template", "
     probe = spec["containers"][0]["livenessProbe"]
     assert isinstance(probe, dict)
     return probe
+
+
+def pod_specs(doc: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The pod specs a manifest holds, where inject's TEMPLATE_PATHS say each kind keeps them."""
+    for path, _ in TEMPLATE_PATHS.get(str(doc.get("kind")), []):
+        spec: Any = doc
+        for key in path:
+            spec = spec.get(key) if isinstance(spec, dict) else None
+        if isinstance(spec, dict):
+            yield spec
 
 
 KINDS = ["Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob", "Pod", "LeaderWorkerSet"]

@@ -59,10 +59,11 @@ __all__ = [
     "server_load",
 ]
 
-# vLLM answers /is_paused through its engine core, between two steps: within milliseconds when it is
-# paused (the core is idle) or healthy; a wedged core never answers. A second is far above the first and
-# keeps the probe's run short when the core is wedged.
-PAUSE_QUERY_TIMEOUT = 1.0
+# The one question an engine that looks stuck is asked: vLLM's /is_paused, LMDeploy's /is_sleeping,
+# SGLang's /v1/loads. vLLM answers /is_paused through its engine core, between two steps: within
+# milliseconds when it is paused (the core is idle) or healthy; a wedged core never answers. A second is
+# far above the first and keeps the probe's run short when the core is wedged.
+STUCK_QUESTION_TIMEOUT = 1.0
 # A one-token generation through a whole engine (TensorRT-LLM's /health_generate), asked of an engine that
 # would be stalled on its page alone: a prefill of a few tokens and one decoding step, seconds even on an
 # engine busy with long requests; longer is as good as none (its page then decides).
@@ -132,7 +133,7 @@ def paused_answer(data: object, name: str = "is_paused") -> bool | None:
 
 
 def is_paused(
-    base: str, route: str, key: str, timeout: float = PAUSE_QUERY_TIMEOUT, *, name: str = "is_paused"
+    base: str, route: str, key: str, timeout: float = STUCK_QUESTION_TIMEOUT, *, name: str = "is_paused"
 ) -> Asks[bool]:
     """Whether the engine says its operator paused it (its answer's `name` is true). False for any other
     answer, for none within the deadline, and for a route the engine does not serve."""
@@ -182,7 +183,7 @@ def ask_live(samples: Mapping[str, Sample], base: str, route: str, key: str) -> 
     fully idle, and so shows a stale batch while requests wait on something. Waiting requests are owed
     unless they wait on a peer (a disaggregated engine's bootstrap, prealloc, transfer queues). None when
     the route gives no usable answer within its deadline (the page stands)."""
-    loads = live_loads((yield from _asked(base + route, key, PAUSE_QUERY_TIMEOUT)))
+    loads = live_loads((yield from _asked(base + route, key, STUCK_QUESTION_TIMEOUT)))
     if loads is None:
         return None
     live: dict[str, tuple[float, float, float]] = {}

@@ -2,7 +2,7 @@
 
 Each dialect names the four numbers the detector reads, the extra signals whose change shows the engine's
 loop is alive, and the label that tells engines apart when several share one page. The comments say why
-each signal was chosen; the README's "Engines" section says what each can and cannot see.
+each signal was chosen; docs/engines.md says what each can and cannot see.
 """
 
 from __future__ import annotations

@@ -161,11 +161,11 @@ def worst_case(timeout: float, asks: int = 0, engine: str | None = None) -> floa
     question an engine that looks stuck is asked (vLLM's /is_paused, SGLang's /v1/loads, LMDeploy's
     /is_sleeping; TensorRT-LLM's /health_generate, a generation, has a longer one: any engine but a named
     other one may be it)."""
-    from .api import CONFIRM_TIMEOUT, PAUSE_QUERY_TIMEOUT
+    from .api import CONFIRM_TIMEOUT, STUCK_QUESTION_TIMEOUT
     from .engines import dialect_named
 
     dialect = dialect_named(engine)
-    stuck = PAUSE_QUERY_TIMEOUT if dialect is not None and not dialect.confirm_route else CONFIRM_TIMEOUT
+    stuck = STUCK_QUESTION_TIMEOUT if dialect is not None and not dialect.confirm_route else CONFIRM_TIMEOUT
     return timeout * (1 + asks) + stuck
 
 

@@ -145,7 +145,7 @@ def describe(
     previous: Mapping[str, State] | None,
     first: str,
     window: float,
-    precision: str = "",
+    caveat: str = "",
     *,
     unanswered: str = "",
     note: str = "",
@@ -153,7 +153,8 @@ def describe(
     """The one line a person reads in `kubectl describe pod`: the verdict of the worst engine.
 
     `first` says why there is no history at all (a state file that could not be used), "" when there is
-    none to say; `precision` is engines.precision_note() of the worst engine; `unanswered` is why the page
+    none to say; `caveat` is why a frozen reading may not be the engine (precision(): its printer, or what its page
+    cannot show); `unanswered` is why the page
     gave no answer (then there are no numbers to tell); `note` is what else the probe learnt (a canary).
     """
     engines = result.engines
@@ -194,7 +195,7 @@ def describe(
     elif worst.reason == THRASHED:
         line = f"{head}; thrashing: {thrash_words(worst)}, past --fail-thrashing-after"
     else:
-        line = f"{head}; {frozen(worst, '')} (window {num(window)} s)" + (f"; {precision}" if precision else "")
+        line = f"{head}; {frozen(worst, '')} (window {num(window)} s)" + (f"; {caveat}" if caveat else "")
         line += f"; {owed_words(s)}" if owed_words(s) else ""
     return f"{line}; {note}" if note else line
 

@@ -12,7 +12,7 @@ as a field: tests move a clock of their own.
 
 from __future__ import annotations
 
-from ..api import PAUSE_QUERY_TIMEOUT, ask, server_load
+from ..api import STUCK_QUESTION_TIMEOUT, ask, server_load
 from ..detector import Verdict
 from ..errors import MetricsError, ScrapeError
 from ..judge import Memory, Rules, judge
@@ -159,9 +159,9 @@ def look(
             _ask_load(one, base, settings)
         dialect = first.seen.dialect
         if dialect is not None and dialect.pause_route:
-            looks.pause = ask(base + dialect.pause_route, settings.key, PAUSE_QUERY_TIMEOUT)
+            looks.pause = ask(base + dialect.pause_route, settings.key, STUCK_QUESTION_TIMEOUT)
         if dialect is not None and dialect.live_route:
-            looks.live = ask(base + dialect.live_route, settings.key, PAUSE_QUERY_TIMEOUT)
+            looks.live = ask(base + dialect.live_route, settings.key, STUCK_QUESTION_TIMEOUT)
     except KeyboardInterrupt:
         looks.interrupted = True
     return looks

@@ -255,8 +255,7 @@ def topics(config: LookSettings, first: First, dialect: Dialect, looks: Looks) -
     lines += load
     lines += live_lines(dialect, looks)
     lines += health_lines(dialect, looks)
-    if looks.all:
-        lines += verdict_lines(config, looks)
+    lines += verdict_lines(config, looks)  # there is always a look: the first contact's
     return lines, server_load
 
 

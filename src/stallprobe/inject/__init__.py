@@ -26,7 +26,7 @@ from __future__ import annotations
 from ..errors import InjectError
 from ..stanza import LAUNCHER, PYZ_PATH
 from .command import main
-from .core import InjectConfig, configmap_name, inject, plan_of, pod_specs
+from .core import InjectConfig, configmap_name, inject, plan_of
 from .decide import Choice, Decision, decide, engine_of
 from .manifests import read_documents, write_documents
 
@@ -43,7 +43,6 @@ __all__ = [
     "inject",
     "main",
     "plan_of",
-    "pod_specs",
     "read_documents",
     "write_documents",
 ]

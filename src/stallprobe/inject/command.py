@@ -25,7 +25,7 @@ from ..helppage import help_page
 from ..options import INJECT
 from ..serving import Address, address, default_address
 from ..settings import parse
-from .core import InjectConfig, configmap, configmap_name, container_fields, inject, plan_of, volume
+from .core import InjectConfig, configmap, configmap_name, container_fields, inject, plan_of, state_volume, volume
 from .decide import Decision
 from .manifests import MAX_BYTES, decode, dump_yaml, read_documents, write_documents
 
@@ -191,7 +191,7 @@ def _print_probe(config: InjectConfig, log: list[str]) -> str:
     fields = container_fields(decision, plan, None, config.state_volume)
     volumes: list[dict[str, Any]] = [volume(name)]
     if config.state_volume:
-        volumes.append({"name": "stallprobe-state", "emptyDir": {"sizeLimit": "1Mi"}})
+        volumes.append(state_volume())
     whole = {"container": fields, "volumes": volumes, "configMap": configmap(name, None, pyz)}
     if config.output == "json":
         import json

@@ -44,7 +44,7 @@ __all__ = [
     "inject",
     "owner_of",
     "plan_of",
-    "pod_specs",
+    "state_volume",
     "volume",
 ]
 
@@ -189,12 +189,6 @@ def _dig(doc: Any, path: Sequence[str]) -> Any:
     return doc
 
 
-def pod_specs(doc: Any) -> Iterator[dict[str, Any]]:
-    """The pod specs a manifest holds, whatever its kind (none for kinds without pods)."""
-    for spec, _ in _templates(doc):
-        yield spec
-
-
 def _templates(doc: Any) -> Iterator[tuple[dict[str, Any], str]]:
     for spec, role, _ in _templates_labelled(doc):
         yield spec, role
@@ -319,6 +313,12 @@ def container_fields(decision: Decision, plan: Plan, old: Any, state_volume: boo
     return fields
 
 
+def state_volume() -> dict[str, Any]:
+    """The pod's volume for the state file where the root filesystem is read-only: an emptyDir, which a
+    container restart keeps (a pod's replacement does not), of a size a state file never nears."""
+    return {"name": STATE_VOLUME, "emptyDir": {"sizeLimit": "1Mi"}}
+
+
 def volume(name: str) -> dict[str, Any]:
     """The pod's volume of the build: its name (and the mount path) never change, only the ConfigMap's."""
     return {"name": VOLUME, "configMap": {"name": name, "defaultMode": 0o444}}
@@ -424,7 +424,7 @@ class _Walk:
             if decision.action == "keep":
                 self.log.append(f"{label}: kept its own liveness probe ({decision.why})")
                 continue
-            state_volume = self.config.state_volume or bool(
+            own_state = self.config.state_volume or bool(
                 _dig(container, ("securityContext", "readOnlyRootFilesystem"))
             )
             old = container.get("livenessProbe")
@@ -432,7 +432,7 @@ class _Walk:
             if decision.enable[0]:
                 _enable_metrics(container, decision.enable)
                 here = True
-            fields = container_fields(decision, self.plan, old, state_volume)
+            fields = container_fields(decision, self.plan, old, own_state)
             # --no-ready after a run that drained: the probe inject wrote only asks the health route now.
             undrained = self.plan.drain_after is None and is_ours(container.get("readinessProbe"))
             if undrained:
@@ -445,7 +445,7 @@ class _Walk:
             mounts = container.setdefault("volumeMounts", [])
             for mount in fields["volumeMounts"]:
                 here = _put(mounts, mount) or here
-            needs_state = needs_state or state_volume
+            needs_state = needs_state or own_state
             self.log.append(_line(label, decision, self.plan, here, undrained and here))
             probed = True
             changed = changed or here
@@ -456,7 +456,7 @@ class _Walk:
                 self.replaced.add((namespace, before))
             changed = _put(volumes, volume(self.name)) or changed
             if needs_state:
-                changed = _put(volumes, {"name": STATE_VOLUME, "emptyDir": {"sizeLimit": "1Mi"}}) or changed
+                changed = _put(volumes, state_volume()) or changed
             if namespace not in self.namespaces:
                 self.namespaces.append(namespace)
         return changed, seen

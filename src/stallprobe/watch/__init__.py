@@ -8,7 +8,8 @@ judges nothing itself: the scrape, the page reading, the verdicts and their word
 The package, one job a module:
 
 - command.py  the flags (options.WATCH), --help, and the main loop: --once, SIGTERM, a closed pipe
-- poll.py     the polling: one thread per endpoint under one deadline, the detector's history, the rows
+- poll.py     the polling: every endpoint's look at once (loop.py, on one thread), each judged by the probe's
+              one judge against its memory, the rows
 - hooks.py    the hook rules: a pure function of (memory, one poll's rows, now), tested as a table
 - runner.py   the hooks' processes: started in their own session, timed out, reaped
 - view.py     the table on a terminal, a line or a JSON object per row, --once's exit code, the words
