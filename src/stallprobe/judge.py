@@ -253,7 +253,7 @@ class Judgment:
         memory: Memory,
         previous: Mapping[str, State] | None,
         seen: Observation,
-        first: str = "",
+        first: str,
     ) -> None:
         self.result = result
         self.routing = routing
