@@ -21,7 +21,7 @@ from ..stanza import PYZ_DIR
 from .first import first_contact
 from .looks import intervals, look
 from .probes import inject_command, plan, probe_args, probes, yaml_lines
-from .words import summary, topics, unreadable
+from .words import rollout, summary, topics, unreadable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -157,6 +157,8 @@ def _report(config: DoctorConfig, first: First, dialect: Dialect, looks: Looks, 
         out.say("in short", summary(config, looks.all[-1], stanza_plan))
     else:
         out.say("in short", unreadable(code, config.window, config.timeout))
+    for index, line in enumerate(rollout()):
+        out.line(f"{'rollout:' if index == 0 else '':<{LABEL_WIDTH}}{line}")
     return code
 
 

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from .first import First
     from .looks import Look, Looks
 
-__all__ = ["Topics", "summary", "topics", "unreadable"]
+__all__ = ["Topics", "rollout", "summary", "topics", "unreadable"]
 
 Topics = list[tuple[str, str]]
 
@@ -286,6 +286,20 @@ def summary(config: LookSettings, last: Look, plan: Plan) -> str:
             "and judges it afresh once it resumes"
         )
     return "the probe can read and judge this engine: use the probes above"
+
+
+def rollout() -> list[str]:
+    """How to measure the staged rollout of the probes above (docs/kubernetes.md, its stage gates): the
+    transition lines on the container's log, the alerts, and the kubelet's own count of failed runs."""
+    return [
+        "roll it out in stages, report-only first (stallprobe inject --report-only --no-ready), and measure each",
+        "stage by what the probe leaves: its changes on the container's log, the alerts, the kubelet's count:",
+        "  kubectl -n NS logs -l app=APP -c CONTAINER --prefix --tail=-1 | grep 'stallprobe: liveness: "
+        "\\(stalled\\|unjudged\\):'",
+        '  Loki: {namespace="NS", container="CONTAINER"} |~ "stallprobe: liveness: (stalled|unjudged):"',
+        '  Prometheus: sum by (pod) (increase(prober_probe_total{probe_type="Liveness", result="failed"}[7d])) > 0',
+        "  and the alerts of deploy/prometheus/ (docs/kubernetes.md: Rolling it out in stages)",
+    ]
 
 
 def unreadable(code: int, window: float, timeout: float, *, silent: bool = False, answered: bool = True) -> str:

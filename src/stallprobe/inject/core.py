@@ -424,9 +424,7 @@ class _Walk:
             if decision.action == "keep":
                 self.log.append(f"{label}: kept its own liveness probe ({decision.why})")
                 continue
-            own_state = self.config.state_volume or bool(
-                _dig(container, ("securityContext", "readOnlyRootFilesystem"))
-            )
+            own_state = self.config.state_volume or bool(_dig(container, ("securityContext", "readOnlyRootFilesystem")))
             old = container.get("livenessProbe")
             here = False
             if decision.enable[0]:
