@@ -442,6 +442,262 @@ def test_an_engine_its_operator_paused_is_paused_and_fit(serve: Callable[..., St
     assert run["readiness"].startswith("not ready: paused")
 
 
+# --- LMDeploy and TensorRT-LLM: their pages, built from their own definitions (tests/fixtures/built)
+
+LMDEPLOY_HEALTHY = b'{"status":"healthy","message":"Engine is healthy."}'
+TRT_ITERATION_STATS = b'[{"iter": 4121, "numActiveRequests": 1, "iterLatencyMS": 21.4}]'
+
+
+def test_lmdeploy_at_work_is_told_what_moves_when_and_what_its_own_health_catches(
+    serve: Callable[..., StubEngine],
+) -> None:
+    page = (BUILT / "lmdeploy-0.18.0-busy-later.prom").read_bytes()
+    stub = serve(
+        {
+            "/metrics": Route(moving(page, "lmdeploy:generation_tokens_total", 6)),
+            "/is_sleeping": Route(b'{"is_sleeping":false}'),
+            "/health": Route(LMDEPLOY_HEALTHY),
+        }
+    )
+    run = doctor(stub.url, seconds="2")
+    assert run.code == ExitCode.OK, run.out
+    assert run["engine"].startswith("lmdeploy, one engine on the page (rank 0): with --dp N LMDeploy runs one")
+    assert "so a probe on this port watches this rank alone" in run["engine"]
+    assert run["progress"].startswith(
+        "the token counters lmdeploy:prompt_tokens_total and lmdeploy:generation_tokens_total; heartbeats "
+        "lmdeploy:gpu_cache_usage_perc."
+    )
+    assert run["moved"] == (
+        "lmdeploy:generation_tokens_total (+12); not lmdeploy:prompt_tokens_total, lmdeploy:gpu_cache_usage_perc"
+    )
+    moves = run["moves when"]
+    assert moves.startswith("lmdeploy:generation_tokens_total on every streamed output")
+    assert "are set by a 10-second tick: they lag by up to 10 s" in moves
+    assert moves.endswith("lmdeploy:request_success_total moves only for requests that finish (its "
+                          "ResponseType.FINISH series).")  # fmt: skip
+    assert run["waiting"] == "every waiting request (lmdeploy:num_requests_waiting) is owed work, and judged"
+    assert run["pause"].startswith(
+        "/is_sleeping answers: the probe asks it before it calls a frozen engine stuck, so an engine put to sleep "
+        "on purpose is never restarted. Nothing on its page says it sleeps"
+    )
+    own = run["own health"]
+    assert own.startswith("LMDeploy's own /health answers 503 once its scheduler has not ticked for 90 s")
+    assert "never sees one that ticks and produces nothing" in own
+    assert "readiness that drains at --drain-after long before the restart" in own
+    assert run["verdicts"] == "baseline, then progressing x2 (window 120 s)"
+    assert "generate" not in run.topics
+    assert "config" not in run.topics
+    assert "drain" not in run.topics
+    assert run.command()[5:] == ["--url", stub.url, "--window", "120", "--timeout", "2", "--engine", "lmdeploy"]
+
+
+def test_lmdeploy_asleep_says_so_and_is_never_failed(serve: Callable[..., StubEngine]) -> None:
+    """POST /sleep: frozen with the last tick's gauges; /is_sleeping says it sleeps."""
+    stub = serve(
+        {
+            "/metrics": Route((BUILT / "lmdeploy-0.18.0-asleep-stale-gauges.prom").read_bytes()),
+            "/is_sleeping": Route(b'{"is_sleeping":true}'),
+            "/health": Route(b'{"status":"sleeping","message":"Engine is sleeping."}'),
+        }
+    )
+    run = doctor(stub.url, seconds="2")
+    assert run.code == ExitCode.OK, run.out
+    assert run["verdicts"] == "baseline, then paused x2 (window 120 s)"
+    assert run["pause"].startswith("/is_sleeping answers, and says it is asleep now: the probe asks it")
+    assert run["readiness"].startswith("not ready: paused: 3 running, 0 waiting; paused by its operator (/is_sleeping)")
+    assert run["in short"].startswith("paused: paused by its operator (/is_sleeping). The probe never fails")
+
+
+@pytest.fixture
+def trtllm(serve: Callable[..., StubEngine]) -> Iterator[StubEngine]:
+    """trtllm-serve during one long generation: its page frozen at /prometheus/metrics, its JSON /metrics
+    (never to be read), /health and /health_generate answering."""
+    stub = serve(
+        {
+            "/prometheus/metrics": Route((BUILT / "trtllm-iter-stats-long-generation.prom").read_bytes()),
+            "/metrics": Route(TRT_ITERATION_STATS),
+            "/health_generate": Route(b"Generation health check OK"),
+        }
+    )
+    yield stub
+    assert stub.count("/metrics") == 0
+
+
+def test_trtllm_during_a_long_generation_is_judged_with_its_own_window_and_told_why(trtllm: StubEngine) -> None:
+    url = f"{trtllm.base}/prometheus/metrics"
+    run = doctor(url, seconds="2")
+    assert run.code == ExitCode.OK, run.out
+    assert run["engine"] == "trtllm, one engine on the page"
+    assert run["verdicts"] == "baseline, then suspect x2 (window 1800 s)"
+    assert run["last look"].startswith("suspect: 1 running, 0 waiting; no token progress for 2.0 s (window 1800 s); "
+                                       "trtllm counts tokens only when a request finishes")  # fmt: skip
+    moves = run["moves when"]
+    assert moves.startswith(
+        "trtllm_prompt_tokens_total, trtllm_generation_tokens_total and trtllm_request_success_total only when a "
+        "request finishes; trtllm_num_requests_running, trtllm_num_requests_waiting and "
+        "trtllm_kv_cache_gen_alloc_blocks_total only while its statistics collector is awake"
+    )
+    assert "So its window is its own, 1800 s, where --window does not say" in moves
+    assert moves.endswith("is asked /health_generate first.")
+    config = run["config"]
+    assert config.startswith(
+        "trtllm-serve serves /prometheus/metrics only with return_perf_metrics: true in its config (--config or "
+        "--extra_llm_api_options, a YAML file)"
+    )
+    assert "enable_iter_perf_stats: true adds the per-iteration ones: trtllm_num_requests_running" in config
+    assert "On this page: the iteration statistics are on." in config
+    assert config.endswith(
+        "TensorRT-LLM's /metrics is not a Prometheus page but a JSON list of iteration statistics that every read "
+        "empties (each reader takes them from every other): point nothing at it, neither the probe nor Prometheus."
+    )
+    assert run["generate"].startswith("/health_generate answers 200 (a one-token generation through the whole engine)")
+    assert run["generate"].endswith("It is itself a request that finishes: it moves the page's counters")
+    assert trtllm.count("/health_generate") == 1  # asked once, after the looks
+    assert run["drain"] == (
+        "readiness takes an engine out of routing once it has been busy with nothing moving for --drain-after (30 "
+        "s), asking nothing first, and this page holds still through a long generation: a healthy engine leaves "
+        "routing 30 s into every long request, until a request finishes. Give --drain-after above the longest "
+        "request, or leave readiness to its health route"
+    )
+    assert run["in short"].startswith("suspect: busy with no progress for 2.0 s. If nothing moves, readiness takes it")
+    assert (
+        "the probe fails it at 1800 s, and the kubelet restarts it about 1820 s after its last progress"
+        in run["in short"]
+    )
+    command = run.command()
+    assert command[5:] == ["--url", url, "--window", "1800", "--timeout", "2", "--engine", "trtllm"]
+    # 2 s for the scrape, 5 s for /health_generate (api.CONFIRM_TIMEOUT), 2 s to start
+    assert run.probes()["livenessProbe"]["timeoutSeconds"] == 9
+    assert run["inject"] == "stallprobe inject -f your-deployment.yaml --window 1800 --timeout 2 | kubectl apply -f -"
+
+
+def test_trtllm_with_a_window_given_is_judged_with_it(trtllm: StubEngine) -> None:
+    run = doctor(f"{trtllm.base}/prometheus/metrics", "--window", "600", seconds="1")
+    assert run["verdicts"] == "baseline, then suspect (window 600 s)"
+    assert "So its window is its own, 1800 s, where --window does not say" in run["moves when"]
+    assert run.command()[7:9] == ["--window", "600"]
+    assert run["inject"].endswith("--window 600 --timeout 2 | kubectl apply -f -")
+    assert "drain" in run.topics
+    patient = doctor(f"{trtllm.base}/prometheus/metrics", "--window", "600", "--drain-after", "600", seconds="1")
+    assert "drain" not in patient.topics
+
+
+def test_trtllm_whose_health_generate_fails_is_told_what_that_costs(trtllm: StubEngine) -> None:
+    trtllm.routes["/health_generate"] = Route(b"", 500)
+    run = doctor(f"{trtllm.base}/prometheus/metrics", seconds="1")
+    assert run["generate"] == (
+        "/health_generate answers HTTP 500 Internal Server Error: an engine whose page holds still for the window "
+        "would be stalled, with nothing to tell a long generation from a wedge"
+    )
+
+
+@pytest.mark.parametrize(
+    ("path", "name", "body", "code", "said"),
+    [
+        (
+            "/prometheus/metrics",
+            "trtllm-request-metrics-only.prom",
+            None,
+            ExitCode.METRICS,
+            "trtllm, but the probe cannot read its page: required metric missing from the trtllm page: "
+            "trtllm_num_requests_running. trtllm-serve serves /prometheus/metrics only with return_perf_metrics: true",
+        ),
+        (
+            "/prometheus/metrics",
+            "trtllm-iter-stats-fresh.prom",
+            None,
+            ExitCode.METRICS,
+            "trtllm, but the probe cannot read its page: required metric missing from the trtllm page: "
+            "trtllm_prompt_tokens_total, trtllm_generation_tokens_total. Its token counters appear when a request "
+            "first finishes; its health route decides till then.",
+        ),
+        (
+            "/prometheus/metrics",
+            "trtllm-no-iter-stats-fresh.prom",
+            None,
+            ExitCode.METRICS,
+            "trtllm, it seems (its trtllm_ families), with none of the families the probe reads: trtllm-serve serves",
+        ),
+        (
+            "/metrics",
+            "",
+            TRT_ITERATION_STATS,
+            ExitCode.METRICS,
+            "none: a JSON list, not a metrics page. TensorRT-LLM's /metrics is not a Prometheus page but a JSON list",
+        ),
+        (
+            "/prometheus/metrics",
+            "",
+            NOT_FOUND,
+            ExitCode.SCRAPE,
+            "TensorRT-LLM serves its page at /prometheus/metrics, and only with return_perf_metrics: true in its "
+            "config.",
+        ),
+    ],
+    ids=["request-metrics-only", "fresh", "no-iteration-statistics-fresh", "json-metrics", "404"],
+)
+def test_a_trtllm_page_the_probe_cannot_read_says_which_option_it_needs(
+    serve: Callable[..., StubEngine], path: str, name: str, body: bytes | None, code: int, said: str
+) -> None:
+    answer = (BUILT / name).read_bytes() if name else body or b""
+    stub = serve({path: Route(answer, 404 if answer == NOT_FOUND else 200)})
+    run = doctor(f"{stub.base}{path}")
+    assert run.code == code, run.out
+    assert said in run["engine"], run["engine"]
+    assert "probes" not in run.topics
+
+
+# --- thrashing: tokens move, nothing finishes
+
+
+def thrashing(page: bytes) -> Callable[[], bytes]:
+    """vLLM's real busy page with its prompt counter 1000 and its generation counter 2 higher at each
+    request, and its finished requests (vllm:request_success_total) where they were: prefill far ahead of
+    decoding, nothing finished."""
+    prompt, generation = moving(page, "vllm:prompt_tokens_total", 1000), moving(page, "vllm:generation_tokens_total", 2)
+    pattern = re.compile(rb"^vllm:generation_tokens_total\{.*$", re.MULTILINE)
+
+    def make() -> bytes:
+        moved = pattern.search(generation())
+        assert moved is not None
+        return pattern.sub(lambda _: moved.group(0), prompt())
+
+    return make
+
+
+def test_a_vllm_that_prefills_and_finishes_nothing_is_thrashing_and_said_not_failed(
+    serve: Callable[..., StubEngine],
+) -> None:
+    stub = serve({"/metrics": Route(thrashing(fixture_page("vllm-0.32.0-cpu-busy.prom")))})
+    run = doctor(stub.url, "--thrash-window", "5", seconds="10")
+    assert run.code == ExitCode.OK, run.out
+    assert run["verdicts"] == "baseline, then progressing x4, then thrashing x6 (window 120 s)"
+    assert run["moved"].startswith("vllm:prompt_tokens_total (+10000), vllm:generation_tokens_total (+20)")
+    assert run["last look"].endswith(
+        "no request finished for 10 s while its tokens moved: works and completes nothing: page; restarted only "
+        "with --fail-thrashing-after"
+    )
+    assert run["readiness"].startswith("ready: thrashing: 4 running, 0 waiting")
+    assert run["in short"] == (
+        "thrashing: no request finished for 10 s while its tokens moved. Said, not acted on: exit 0, and ready. "
+        "With --fail-thrashing-after S the probe fails it (and readiness drains it) once it has thrashed S s; off by "
+        "default, as a whole pool overloaded at once thrashes together, and draining every member would empty it"
+    )
+
+
+def test_thrashing_past_fail_thrashing_after_is_stalled_now(serve: Callable[..., StubEngine]) -> None:
+    stub = serve({"/metrics": Route(thrashing(fixture_page("vllm-0.32.0-cpu-busy.prom")))})
+    run = doctor(stub.url, "--thrash-window", "5", "--fail-thrashing-after", "8", seconds="10")
+    assert run.code == ExitCode.STALLED, run.out
+    assert run["verdicts"] == "baseline, then progressing x4, then thrashing x3, then stalled x3 (window 120 s)"
+    assert run["in short"] == (
+        "stalled now: thrashing, no request finished for 10 s while its tokens moved, past --fail-thrashing-after "
+        "8 s, so the probe fails it now and readiness drains it; the kubelet restarts it about 140 s after its last "
+        "progress (window 120 s + period 10 s x (failureThreshold 3 - 1))"
+    )
+    assert run.command()[-4:] == ["--thrash-window", "5", "--fail-thrashing-after", "8"]
+
+
 # --- every state an engine can be in, on the one stub engine: what the probe would do now
 
 
@@ -841,7 +1097,7 @@ def test_nothing_listening(tmp_path: Path) -> None:
         (
             Route(b"up 1\n"),
             ExitCode.METRICS,
-            "The probe reads vLLM, SGLang and llama.cpp's server; for another engine, name its families",
+            "The probe reads vllm, sglang, llamacpp, lmdeploy, trtllm; for another engine, name its families",
         ),
     ],
     ids=["404", "llamacpp_501", "html", "unknown"],

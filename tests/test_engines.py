@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -545,9 +547,94 @@ BUILT_PAGES: dict[str, tuple[str, dict[str, tuple[float, float, float]]]] = {
 }
 
 
+LMKV = "lmdeploy:gpu_cache_usage_perc"
+BLOCKS = "trtllm_kv_cache_gen_alloc_blocks_total"
+# The LMDeploy and TensorRT-LLM pages (tests/render_built_pages.py renders them from each engine's own
+# definitions): read with `--engine auto`, each engine's (running, waiting, owed, prompt, generation,
+# signals, finished requests), read off the page by hand; or the error reading it must give.
+BUILT_ENGINES: dict[
+    str, tuple[str, dict[str, tuple[float, float, float, float, float, dict[str, float], float]]] | str
+] = {
+    # One api_server is one dp rank: its page has one `engine` value, its own rank. The waiting request is owed.
+    "lmdeploy-0.18.0-busy.prom": ("lmdeploy", {"0": (3, 1, 1, 7680, 3332, {LMKV: 0.025}, 12)}),
+    "lmdeploy-0.18.0-busy-later.prom": ("lmdeploy", {"0": (3, 0, 0, 8192, 3792, {LMKV: 0.0275}, 13)}),
+    "lmdeploy-0.18.0-dp-rank1-busy.prom": ("lmdeploy", {"1": (2, 0, 0, 5632, 2574, {LMKV: 22 / 1200}, 9)}),
+    "lmdeploy-0.18.0-idle.prom": ("lmdeploy", {"0": (0, 0, 0, 8192, 4096, {LMKV: 0.0}, 16)}),
+    # Asleep: nothing on the page says so (only /is_sleeping does); the gauges lag up to a 10 s tick.
+    "lmdeploy-0.18.0-asleep-stale-gauges.prom": ("lmdeploy", {"0": (3, 0, 0, 8192, 3882, {LMKV: 0.0275}, 13)}),
+    "lmdeploy-0.18.0-asleep.prom": ("lmdeploy", {"0": (0, 0, 0, 8192, 3882, {LMKV: 0.0}, 13)}),
+    # No engine label: one trtllm-serve is one engine; the gauges' `pid` label is summed over like any other.
+    "trtllm-iter-stats-decoding.prom": ("trtllm", {"": (4, 0, 0, 8000, 4000, {BLOCKS: 150}, 8)}),
+    "trtllm-iter-stats-decoding-later.prom": ("trtllm", {"": (4, 0, 0, 8000, 4000, {BLOCKS: 158}, 8)}),
+    "trtllm-iter-stats-long-generation.prom": ("trtllm", {"": (1, 0, 0, 12000, 6000, {BLOCKS: 180}, 12)}),
+    # The HELP texts are not read: the page of a client that lost them reads the same.
+    "trtllm-iter-stats-long-generation-help-lost.prom": (
+        "trtllm",
+        {"": (1, 0, 0, 12000, 6000, {BLOCKS: 180}, 12)},
+    ),
+    # Counters appear only once a request finishes: a value the probe cannot read is never a 0.
+    "trtllm-iter-stats-fresh.prom": (
+        "required metric missing from the trtllm page: trtllm_prompt_tokens_total, trtllm_generation_tokens_total"
+    ),
+    # Without enable_iter_perf_stats there is no running gauge: the page cannot be judged (the health route decides).
+    "trtllm-request-metrics-only.prom": "required metric missing from the trtllm page: trtllm_num_requests_running",
+    "trtllm-no-iter-stats-fresh.prom": NO_ENGINE,
+}
+
+
 def test_every_built_fixture_has_an_expectation() -> None:
     assert BUILT_PAGES
-    assert sorted(BUILT_PAGES) == sorted(p.name for p in BUILT.glob("*.prom"))
+    assert BUILT_ENGINES
+    assert sorted([*BUILT_PAGES, *BUILT_ENGINES]) == sorted(p.name for p in BUILT.glob("*.prom"))
+
+
+@pytest.mark.parametrize(("name", "expected"), sorted(BUILT_ENGINES.items()))
+def test_built_page_is_read_with_its_dialect_and_numbers(name: str, expected: object) -> None:
+    page = (BUILT / name).read_bytes()
+    if isinstance(expected, str):
+        with pytest.raises(MetricsError) as caught:
+            read_engines(page, 7.0, detect(page))
+        assert str(caught.value) == expected
+        return
+    assert isinstance(expected, tuple)
+    dialect_name, engines = expected
+    dialect = detect(page)
+    assert dialect.name == dialect_name
+    assert read_engines(page, 7.0, dialect) == {
+        engine: Sample(running, gen, prompt, 7.0, waiting, signals=signals, owed=owed, finished=done)
+        for engine, (running, waiting, owed, prompt, gen, signals, done) in engines.items()
+    }
+
+
+@pytest.mark.parametrize(
+    ("name", "engine", "message"),
+    [
+        ("trtllm-request-metrics-only.prom", "trtllm", "required metric missing from the trtllm page: "
+         "trtllm_num_requests_running"),
+        ("trtllm-no-iter-stats-fresh.prom", "trtllm", "not a trtllm metrics page: none of trtllm_num_requests_running, "
+         "trtllm_generation_tokens_total, trtllm_prompt_tokens_total is on it"),
+        ("trtllm-iter-stats-fresh.prom", "trtllm", "required metric missing from the trtllm page: "
+         "trtllm_generation_tokens_total, trtllm_prompt_tokens_total"),
+    ],
+)  # fmt: skip
+def test_a_trtllm_page_it_cannot_judge_says_why_with_its_engine_named(name: str, engine: str, message: str) -> None:
+    page = (BUILT / name).read_bytes()
+    with pytest.raises(MetricsError) as caught:
+        read_engines(page, 0.0, choose(page, engine))
+    assert str(caught.value) == message
+
+
+def test_the_built_pages_are_what_their_script_renders() -> None:
+    """tests/render_built_pages.py renders the LMDeploy and TensorRT-LLM pages from each engine's own
+    definitions: the pages committed are its output, byte for byte."""
+    done = subprocess.run(
+        [sys.executable, str(REPO / "tests" / "render_built_pages.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert (done.returncode, done.stderr) == (0, "")
 
 
 @pytest.mark.parametrize(("name", "expected"), sorted(BUILT_PAGES.items()))

@@ -20,7 +20,7 @@ from ..settings import LookSettings, parse
 from ..stanza import PYZ_DIR
 from .first import first_contact
 from .looks import intervals, look
-from .probes import inject_command, plan, probe_args, probes, yaml_lines
+from .probes import inject_command, plan, probe_args, probes, window, yaml_lines
 from .words import rollout, summary, topics, unreadable
 
 TYPE_CHECKING = False
@@ -125,7 +125,7 @@ def run(
 
 
 def _report(config: DoctorConfig, first: First, dialect: Dialect, looks: Looks, out: _Out) -> int:
-    lines, server_load = topics(config, first, dialect, looks)
+    lines, server_load = topics(config, first, dialect, looks, window(config, dialect))
     code: int = ExitCode.OK
     if looks.interrupted:
         lines.append(("stopped", f"interrupted after {len(looks.all)} looks"))
@@ -137,7 +137,7 @@ def _report(config: DoctorConfig, first: First, dialect: Dialect, looks: Looks, 
     for label, text in lines:
         out.say(label, text)
     args = probe_args(config, key_needed=first.key_needed, server_load=server_load)
-    stanza_plan = plan(config, args)
+    stanza_plan = plan(config, args, dialect)
     out.say(
         "probes",
         f"as `stallprobe inject` writes them into the engine's container (the probe itself in the ConfigMap "
@@ -156,7 +156,7 @@ def _report(config: DoctorConfig, first: First, dialect: Dialect, looks: Looks, 
     if code in (ExitCode.OK, ExitCode.STALLED):
         out.say("in short", summary(config, looks.all[-1], stanza_plan))
     else:
-        out.say("in short", unreadable(code, config.window, config.timeout))
+        out.say("in short", unreadable(code, stanza_plan.window, config.timeout))
     for index, line in enumerate(rollout()):
         out.line(f"{'rollout:' if index == 0 else '':<{LABEL_WIDTH}}{line}")
     return code

@@ -8,7 +8,7 @@ the same page. With a key given, the page is asked for once more without it, to 
 
 from __future__ import annotations
 
-from ..engines import DIALECTS, choose
+from ..engines import DIALECTS, TRTLLM, choose
 from ..errors import ExitCode, MetricsError, ScrapeError, ScrapeTimeout
 from ..exposition import has_samples, is_declared
 from ..judge import Memory
@@ -21,13 +21,41 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from ..engines import Dialect
     from ..judge import Observation
     from ..settings import LookSettings
 
-__all__ = ["First", "family_state", "first_contact", "not_an_engine"]
+__all__ = ["First", "family_state", "first_contact", "not_an_engine", "trtllm_options"]
 
 # The families vLLM's API server publishes through its FastAPI instrumentation, with or without its own.
 _FASTAPI_FAMILIES = ("http_requests_total", "http_request_duration_highr_seconds")
+
+# TensorRT-LLM's two options of its config YAML (trtllm-serve --config, or --extra_llm_api_options) that
+# its Prometheus page needs, both False by default (tensorrt_llm/llmapi/llm_args.py): the page itself is
+# mounted only with return_perf_metrics (tensorrt_llm/serve/openai_server.py, register_routes), and its
+# per-iteration families (the running gauge among them) are fed only with enable_iter_perf_stats on the
+# PyTorch backend (the loop _iteration_stats_collector_loop is started only then).
+TRT_PAGE_OPTION = "return_perf_metrics: true"
+TRT_ITERATION_OPTION = "enable_iter_perf_stats: true"
+# Its /metrics is no Prometheus page: get_iteration_stats answers the iteration statistics buffered since
+# the last read as a JSON list, and empties the buffer.
+TRT_JSON_METRICS = (
+    "TensorRT-LLM's /metrics is not a Prometheus page but a JSON list of iteration statistics that every read "
+    "empties (each reader takes them from every other): point nothing at it, neither the probe nor Prometheus"
+)
+
+
+def trtllm_options(dialect: Dialect) -> str:
+    """What each of TensorRT-LLM's config options buys the probe."""
+    return (
+        f"trtllm-serve serves {dialect.metrics_path} only with {TRT_PAGE_OPTION} in its config (--config or "
+        f"--extra_llm_api_options, a YAML file): its request-level families, {dialect.prompt}, {dialect.generation} "
+        f"and {dialect.finished}, which move only when a request finishes. {TRT_ITERATION_OPTION} adds the "
+        f"per-iteration ones: {dialect.running} and {dialect.waiting}, without which the probe cannot judge the page "
+        f"(its health route alone decides), and {dialect.signals[0]}, the one counter that moves while it decodes "
+        "(about one block per 32 tokens a request)"
+    )
+
 
 KEY_ADVICE = (
     "give it with --api-key-file PATH, or put the engine's own key in VLLM_API_KEY or LLAMA_API_KEY (the "
@@ -110,7 +138,9 @@ def first_contact(url: str, settings: LookSettings, key_from: str, clock: Callab
                 "engine",
                 f"none: no metrics page there ({status}). Is that the engine's port and path? (by default: "
                 f"{_ports()}; path /metrics). SGLang serves /metrics only when started with "
-                f"{SERVING['sglang'].metrics_on[0]}.",
+                f"{SERVING['sglang'].metrics_on[0]}. LMDeploy serves it unless started with --disable-metrics "
+                f"(before late 2025: only with --enable-metrics). TensorRT-LLM serves its page at "
+                f"{TRTLLM.metrics_path}, and only with {TRT_PAGE_OPTION} in its config.",
             ),
         )
     if answer.code == 501:  # llama.cpp's server without its metrics switch
@@ -166,6 +196,14 @@ def not_an_engine(page: bytes | None, engine: str, why: str) -> str:
             "none: not a metrics page, the server sent HTML. Is the URL the engine's own /metrics? (a web UI, a "
             "proxy or a login page answers here)"
         )
+    if page is not None and page[:4096].lstrip()[:1] == b"[":
+        where = TRTLLM.metrics_path
+        return f"none: a JSON list, not a metrics page. {TRT_JSON_METRICS}; its Prometheus page is {where}."
+    if page is not None and b"trtllm_" in page and why.startswith("no known engine"):
+        return (
+            f"trtllm, it seems (its trtllm_ families), with none of the families the probe reads: "
+            f"{trtllm_options(TRTLLM)}. Its token counters appear at the first request that finishes."
+        )
     fastapi = any(family_state(page, name) for name in _FASTAPI_FAMILIES)
     if fastapi and page is not None and b"vllm:" not in page and engine in ("auto", "vllm"):
         flag = SERVING["vllm"].metrics_off[0]
@@ -175,13 +213,22 @@ def not_an_engine(page: bytes | None, engine: str, why: str) -> str:
         )
     if why.startswith("no known engine"):
         return (
-            f"none: {why}. The probe reads vLLM, SGLang and llama.cpp's server; for another engine, name its "
-            "families with --engine and --running-metric, --prompt-metric and --generation-metric."
+            f"none: {why}. The probe reads {', '.join(dialect.name for dialect in DIALECTS)}; for another engine, "
+            "name its families with --engine and --running-metric, --prompt-metric and --generation-metric."
         )
     try:
         dialect = choose(page or b"", engine)
     except (MetricsError, ValueError):
-        return f"none: {why}"
+        # The page has some of one engine's families (the error names it): that engine, unreadable.
+        named = [known for known in DIALECTS if f"the {known.name} page" in why]
+        if not named:
+            return f"none: {why}"
+        dialect = named[0]
     # The engine is known, but a value the probe needs cannot be read (never taken as 0): the probe's runs
     # say the same, and fall back to the health route.
-    return f"{dialect.name}, but the probe cannot read its page: {why}"
+    said = f"{dialect.name}, but the probe cannot read its page: {why}"
+    if dialect.name == TRTLLM.name and dialect.running in why:
+        return f"{said}. {trtllm_options(dialect)}."
+    if dialect.name == TRTLLM.name:
+        return f"{said}. Its token counters appear when a request first finishes; its health route decides till then."
+    return said

@@ -5,14 +5,14 @@ the first contact's.
 
 What it keeps is each look's judgment: the observation, the assessment, the history it was judged
 against and its readiness. Beside them, the engine's own routes that the words need asked once (its
-pause, SGLang's scheduler counts) and its server's load at each look (whether --server-load would help),
-all through api.ask. The clock and the pause between looks are parameters, as the detector takes time
-as a field: tests move a clock of their own.
+pause, SGLang's scheduler counts, TensorRT-LLM's one-token generation) and its server's load at each look
+(whether --server-load would help), all through api.ask. The clock and the pause between looks are
+parameters, as the detector takes time as a field: tests move a clock of their own.
 """
 
 from __future__ import annotations
 
-from ..api import STUCK_QUESTION_TIMEOUT, ask, server_load
+from ..api import CONFIRM_TIMEOUT, STUCK_QUESTION_TIMEOUT, ask, server_load
 from ..detector import Verdict
 from ..errors import MetricsError, ScrapeError
 from ..judge import Memory, Rules, judge
@@ -31,8 +31,8 @@ if TYPE_CHECKING:
 
 __all__ = ["BUSY", "MOVING", "Look", "Looks", "intervals", "look"]
 
-# The verdicts of an engine that owes work: moving, or frozen.
-MOVING = (Verdict.PROGRESSING, Verdict.SATURATED)
+# The verdicts of an engine that owes work: moving (thrashing moves too: it finishes nothing), or frozen.
+MOVING = (Verdict.PROGRESSING, Verdict.SATURATED, Verdict.THRASHING)
 BUSY = (*MOVING, Verdict.SUSPECT, Verdict.STALLED)
 
 
@@ -77,6 +77,9 @@ class Looks:
         self.interrupted = False
         self.pause: Reply | None = None  # the pause route's answer (vLLM's /is_paused)
         self.live: Reply | None = None  # the scheduler's counts (SGLang's /v1/loads)
+        # How the request through the whole engine that the probe asks of one whose page would be
+        # stalled (TensorRT-LLM's /health_generate) was answered.
+        self.confirm: Reply | None = None
 
     @property
     def answered(self) -> list[Look]:
@@ -162,6 +165,9 @@ def look(
             looks.pause = ask(base + dialect.pause_route, settings.key, STUCK_QUESTION_TIMEOUT)
         if dialect is not None and dialect.live_route:
             looks.live = ask(base + dialect.live_route, settings.key, STUCK_QUESTION_TIMEOUT)
+        if dialect is not None and dialect.confirm_route:
+            # After the looks: its answer is a request that finishes, which moves the page's counters.
+            looks.confirm = ask(base + dialect.confirm_route, settings.key, CONFIRM_TIMEOUT)
     except KeyboardInterrupt:
         looks.interrupted = True
     return looks

@@ -37,11 +37,21 @@ def probe_args(settings: LookSettings, *, key_needed: bool, server_load: bool) -
     return args
 
 
-def plan(settings: LookSettings, args: list[str]) -> Plan:
-    """inject's plan for these settings: its window and timeout, the kubelet's period and failure
-    threshold (inject's defaults), and the readiness probe's drain window (inject writes the readiness
-    probe unless told not to)."""
-    return Plan(window=settings.window, timeout=settings.timeout, probe_args=args, drain_after=settings.drain_after)
+def window(settings: LookSettings, dialect: Dialect | None) -> float:
+    """The liveness window the looks were judged with: --window when given, else the engine's own
+    (TensorRT-LLM's, whose page cannot show a long request's progress), else the probe's default."""
+    from ..judge import Rules
+
+    return Rules.of(settings).of_engine(dialect).window
+
+
+def plan(settings: LookSettings, args: list[str], dialect: Dialect | None = None) -> Plan:
+    """inject's plan for these settings: its window (the one the looks were judged with) and timeout, the
+    kubelet's period and failure threshold (inject's defaults), and the readiness probe's drain window
+    (inject writes the readiness probe unless told not to)."""
+    return Plan(
+        window=window(settings, dialect), timeout=settings.timeout, probe_args=args, drain_after=settings.drain_after
+    )
 
 
 def probes(url: str, dialect: Dialect, stanza_plan: Plan) -> dict[str, Any]:
@@ -59,14 +69,20 @@ def probes(url: str, dialect: Dialect, stanza_plan: Plan) -> dict[str, Any]:
 
 def inject_command(settings: LookSettings, args: list[str], *, engine_needed: bool, engine: str) -> list[str]:
     """The `stallprobe inject` command that writes these probes: the same flags (inject reads the engine
-    from the container, so --engine only where the page alone does not tell)."""
+    from the container, so --engine only where the page alone does not tell). inject writes the probe's
+    default window unless told: an engine with its own window gets it said."""
+    from ..engines import dialect_named
+
     command = ["stallprobe", "inject", "-f", "your-deployment.yaml"]
     if engine_needed:
         command += ["--engine", engine]
     command += args
+    own = dialect_named(engine)
     for flag, key in (("--window", "window"), ("--timeout", "timeout"), ("--drain-after", "drain_after")):
         if key in settings.given:
             command += [flag, num(getattr(settings, key))]
+        elif key == "window" and own is not None and own.window is not None:
+            command += [flag, num(own.window)]
     return command
 
 

@@ -4,17 +4,19 @@ its precision note, its exit code), and this module only puts those lines in the
 
 The summary reads the last look's assessment: a stalled engine is failed now; a busy engine that has not
 moved is told how long it has not, and when the probe would drain it (the earlier of --drain-after and
---window: detector.readiness's rule), call it stalled (the window) and have it restarted (the window, then
-the kubelet's further failed runs: stanza.restart_after); a paused one is never failed; any other can be
-read and judged.
+the window: detector.readiness's rule), call it stalled (the window) and have it restarted (the window,
+then the kubelet's further failed runs: stanza.restart_after); a thrashing one is said so, and failed only
+past --fail-thrashing-after; a paused one is never failed; any other can be read and judged. The window is
+the one the looks were judged with: --window, else the engine's own (TensorRT-LLM's), else the default.
 """
 
 from __future__ import annotations
 
-from ..detector import Verdict
-from ..report import look_line, num, ready_line, secs
+from ..detector import THRASHED, Verdict
+from ..engines import LMDEPLOY, TRTLLM
+from ..report import look_line, num, ready_line, secs, thrash_words
 from ..stanza import restart_after
-from .first import family_state
+from .first import TRT_ITERATION_OPTION, TRT_JSON_METRICS, family_state, trtllm_options
 from .looks import BUSY, MOVING, loads
 
 TYPE_CHECKING = False
@@ -53,6 +55,16 @@ def engine_lines(config: LookSettings, dialect: Dialect, samples: Mapping[str, S
                 f"{dialect.name}{how}, {len(samples)} engines on one page (data parallelism: its "
                 f"{dialect.engine_label} label says {', '.join(sorted(samples))}). Each is judged on its own, "
                 "and the page is as bad as its worst.",
+            )
+        ]
+    if dialect.name == LMDEPLOY.name:
+        rank = next(iter(samples)) or "0"
+        return [
+            (
+                "engine",
+                f"{dialect.name}{how}, one engine on the page (rank {rank}): with --dp N LMDeploy runs one api_server "
+                "per data-parallel rank, each on its own port from --server-port up, each page its own rank's, so a "
+                "probe on this port watches this rank alone",
             )
         ]
     return [("engine", f"{dialect.name}{how}, one engine on the page")]
@@ -142,23 +154,38 @@ def pause_lines(dialect: Dialect, page: bytes | None, looks: Looks) -> Topics:
 
     texts = []
     reply = looks.pause
+    vllm = dialect.name == "vllm"  # its pause route is served only in its dev mode
     if dialect.pause_route and reply is not None:
         route = dialect.pause_route
-        paused = paused_answer(reply.data)
-        if paused is not None:
+        paused = paused_answer(reply.data, dialect.pause_key)
+        if paused is not None and vllm:
             now = ", and says it is paused now" if paused else ""
             texts.append(
                 f"{route} answers (VLLM_SERVER_DEV_MODE=1){now}: the probe asks it before it calls a frozen "
                 "engine stuck, so an engine paused on purpose is never restarted."
             )
-        elif reply.code == 404:
+        elif paused is not None:
+            now = ", and says it is asleep now" if paused else ""
+            texts.append(
+                f"{route} answers{now}: the probe asks it before it calls a frozen engine stuck, so an engine put to "
+                "sleep on purpose is never restarted."
+            )
+        elif reply.code == 404 and vllm:
             texts.append(
                 f"{route} answers 404, as vLLM does without VLLM_SERVER_DEV_MODE=1: fine, no one can pause the "
                 "engine over HTTP then."
             )
+        elif reply.code == 404:
+            texts.append(f"{route} answers 404: this release has no sleep mode, so no one can put it to sleep.")
         else:
-            how = "answers, not as vLLM does" if reply.code == 200 else reply.why
+            how = f"answers, not as {dialect.name} does" if reply.code == 200 else reply.why
             texts.append(f"{route} {how}: the probe takes that as not paused.")
+        if dialect.name == LMDEPLOY.name and reply.code == 200:
+            texts.append(
+                "Nothing on its page says it sleeps: POST /sleep aborts every request, and from the next 10-second "
+                "tick an asleep engine reads idle, which readiness (asking only an engine that looks stuck) keeps "
+                "in routing though it answers every generation 503 until woken."
+            )
     signs = list(dict.fromkeys(sign.family for sign in dialect.pause_signs if family_state(page, sign.family)))
     if signs:
         texts.append(
@@ -219,6 +246,88 @@ def live_lines(dialect: Dialect, looks: Looks) -> Topics:
     return [("loads", text)]
 
 
+def moves_lines(dialect: Dialect, page: bytes | None) -> Topics:
+    """When each family of an engine whose page tells progress its own way moves (LMDeploy's, TensorRT-LLM's:
+    engines.py's comments on them), and, for TensorRT-LLM, what its config options buy."""
+    if dialect.name == LMDEPLOY.name:
+        usage = dialect.signals[0]
+        text = (
+            f"{dialect.generation} on every streamed output (its api_server always streams from its engine); "
+            f"{dialect.prompt} once a request, by its whole prompt, at its first token, so a long prefill moves "
+            f"only {usage}. {dialect.running}, {dialect.waiting} and {usage} are set by a 10-second tick: they lag "
+            "by up to 10 s (a request that just finished may read as running, frozen, for one tick: far under the "
+            f"window). {dialect.finished} moves only for requests that finish (its ResponseType.FINISH series)."
+        )
+        return [("moves when", text)]
+    if dialect.name != TRTLLM.name:
+        return []
+    text = (
+        f"{dialect.prompt}, {dialect.generation} and {dialect.finished} only when a request finishes; "
+        f"{dialect.running}, {dialect.waiting} and {dialect.signals[0]} only while its statistics collector is "
+        "awake: it wakes when a request finishes and sleeps at the first half second without statistics, so "
+        "during one long generation every series may hold still, the running gauge at its last value. So its "
+        f"window is its own, {num(dialect.window or 0)} s, where --window does not say (it must outlast the longest "
+        f"request), and an engine whose page would be stalled is asked {dialect.confirm_route} first."
+    )
+    iterations = family_state(page, dialect.running)
+    state = (
+        "the iteration statistics are on"
+        if iterations
+        else f"no {dialect.running}: {TRT_ITERATION_OPTION} is off, and the probe cannot judge this page"
+    )
+    config = f"{trtllm_options(dialect)}. On this page: {state}. {TRT_JSON_METRICS}."
+    return [("moves when", text), ("config", config)]
+
+
+def drain_lines(config: LookSettings, dialect: Dialect, window: float) -> Topics:
+    """For an engine whose page holds still through a long request (one with a window of its own): that
+    readiness drains at --drain-after all the same, asking nothing first."""
+    if dialect.window is None or config.drain_after >= window:
+        return []
+    text = (
+        f"readiness takes an engine out of routing once it has been busy with nothing moving for --drain-after "
+        f"({num(config.drain_after)} s), asking nothing first, and this page holds still through a long "
+        f"generation: a healthy engine leaves routing {num(config.drain_after)} s into every long request, until "
+        "a request finishes. Give --drain-after above the longest request, or leave readiness to its health route"
+    )
+    return [("drain", text)]
+
+
+def confirm_lines(dialect: Dialect, looks: Looks) -> Topics:
+    """What the engine's request through its whole engine (TensorRT-LLM's /health_generate) answered."""
+    reply = looks.confirm
+    if not dialect.confirm_route or reply is None:
+        return []
+    route = dialect.confirm_route
+    if reply.code is not None and 200 <= reply.code < 300:
+        text = (
+            f"{route} answers {reply.code} (a one-token generation through the whole engine): when the page alone "
+            "would call the engine stalled, the probe asks it, and its answer is life the page could not show. It "
+            "is itself a request that finishes: it moves the page's counters"
+        )
+    else:
+        text = (
+            f"{route} {reply.why}: an engine whose page holds still for the window would be stalled, with nothing "
+            "to tell a long generation from a wedge"
+        )
+    return [("generate", text)]
+
+
+def own_health_lines(dialect: Dialect) -> Topics:
+    """What the engine's own health route already catches, and what the probe adds (LMDeploy's)."""
+    if dialect.name != LMDEPLOY.name:
+        return []
+    text = (
+        f"LMDeploy's own {dialect.health_route} answers 503 once its scheduler has not ticked for 90 s with "
+        "requests dispatched (LMDEPLOY_HEALTH_UNHEALTHY_AFTER), or schedules none of them that long, and 200 "
+        "while it sleeps. Used as a probe alone it restarts a frozen scheduler with no drain before, and never "
+        "sees one that ticks and produces nothing. The probe adds the window on its tokens, readiness that drains "
+        "at --drain-after long before the restart (its 503 drains readiness at once: --ready asks it), and the "
+        "pool's view (stallprobe watch)."
+    )
+    return [("own health", text)]
+
+
 def health_lines(dialect: Dialect, looks: Looks) -> Topics:
     """What the health route said at the last look that asked it (observe asks it at every look)."""
     route = dialect.health_route
@@ -230,11 +339,11 @@ def health_lines(dialect: Dialect, looks: Looks) -> Topics:
     return [("health", f"{told[-1]}: readiness (--ready) says not ready while it does")]
 
 
-def verdict_lines(config: LookSettings, looks: Looks) -> Topics:
-    lines = [("verdicts", f"{runs(looks.verdicts)} (window {num(config.window)} s)")]
+def verdict_lines(config: LookSettings, looks: Looks, window: float) -> Topics:
+    lines = [("verdicts", f"{runs(looks.verdicts)} (window {num(window)} s)")]
     last = looks.all[-1]
     seen, result = last.seen, last.result
-    line = look_line(result, last.before, "", config.window, seen.dialect, unanswered=seen.unanswered, note=seen.note)
+    line = look_line(result, last.before, "", window, seen.dialect, unanswered=seen.unanswered, note=seen.note)
     lines.append(("last look", line))
     ready = ready_line(
         last.routing, last.before, "", config.drain_after, seen.dialect,
@@ -244,18 +353,23 @@ def verdict_lines(config: LookSettings, looks: Looks) -> Topics:
     return lines
 
 
-def topics(config: LookSettings, first: First, dialect: Dialect, looks: Looks) -> tuple[Topics, bool]:
-    """Every topic of a report whose looks began; and whether --server-load goes into the probes."""
+def topics(config: LookSettings, first: First, dialect: Dialect, looks: Looks, window: float) -> tuple[Topics, bool]:
+    """Every topic of a report whose looks began, `window` the one they were judged with; and whether
+    --server-load goes into the probes."""
     lines = engine_lines(config, dialect, looks.all[0].seen.samples)  # the first look answered
     lines += progress_lines(config, dialect, first.page, looks)
+    lines += moves_lines(dialect, first.page)
     lines += waiting_lines(config, dialect, first.page)
     lines += key_lines(config, first)
     lines += pause_lines(dialect, first.page, looks)
     load, server_load = load_lines(config, dialect, looks)
     lines += load
     lines += live_lines(dialect, looks)
+    lines += confirm_lines(dialect, looks)
     lines += health_lines(dialect, looks)
-    lines += verdict_lines(config, looks)  # there is always a look: the first contact's
+    lines += own_health_lines(dialect)
+    lines += drain_lines(config, dialect, window)
+    lines += verdict_lines(config, looks, window)  # there is always a look: the first contact's
     return lines, server_load
 
 
@@ -263,7 +377,7 @@ def summary(config: LookSettings, last: Look, plan: Plan) -> str:
     """What the probe would do now, by the last look's assessment."""
     result = last.result
     worst = result.engines[result.worst]
-    window = config.window
+    window = plan.window  # the window the looks were judged with
     restart = restart_after(plan)
     kubelet = (
         f"the kubelet restarts it about {num(restart)} s after its last progress (window {num(window)} s + period "
@@ -271,6 +385,18 @@ def summary(config: LookSettings, last: Look, plan: Plan) -> str:
     )
     how = "no answer" if last.seen.unanswered else "busy with no progress"
     frozen = f"{how} for {secs(worst.stalled_for)} s"
+    if result.verdict is Verdict.STALLED and worst.reason == THRASHED:
+        after = num(config.fail_thrashing_after or 0)
+        return (
+            f"stalled now: thrashing, {thrash_words(worst)}, past --fail-thrashing-after {after} s, so the probe "
+            f"fails it now and readiness drains it; {kubelet}"
+        )
+    if result.verdict is Verdict.THRASHING:
+        return (
+            f"thrashing: {thrash_words(worst)}. Said, not acted on: exit 0, and ready. With --fail-thrashing-after S "
+            "the probe fails it (and readiness drains it) once it has thrashed S s; off by default, as a whole pool "
+            "overloaded at once thrashes together, and draining every member would empty it"
+        )
     if result.verdict is Verdict.STALLED:
         return f"stalled now: {frozen} (window {num(window)} s), so the probe fails it now; {kubelet}"
     if result.verdict is Verdict.SUSPECT:
