@@ -50,9 +50,12 @@ DESCRIPTION = f"""\
 Poll every engine of a pool and show, per engine, whether it is idle, moving, saturated or stuck:
 running and waiting requests, prompt and generation tokens per second since the last poll, the
 detector's verdict, and how long that verdict has held. On a terminal one table is redrawn in place
-(the last row sums the pool); piped, or with --json, one line per engine per poll. Each page is read
-as the probe reads it: --engine, --saturation, --include-waiting and the --*-metric flags are the
-probe's.
+(the last row sums the pool). Piped, a line when an engine's verdict or readiness changes (and at its
+first poll), `URL: <the probe's line>[; not ready] (was <its verdict or readiness before>)`, and one
+line a poll, `poll: N engines: <how many of each verdict>; N not ready; N ms`; with --every (and for
+--once's poll), a line per engine per poll instead; with --json, one object per engine per poll. Each
+page is read as the probe reads it: --engine, --saturation, --include-waiting and the --*-metric flags
+are the probe's.
 
 Verdicts: baseline, idle, paused, progressing, saturated, suspect, stalled (the probe's; an endpoint
 that gives no answer in time is suspect, then stalled once silent for the window), unreachable (the
@@ -114,9 +117,9 @@ class _OutputGone(Exception):
     """stdout's reader went away (`| head`), or stdout was closed."""
 
 
-def _show(output: Output, rows: Sequence[Row]) -> None:
+def _show(output: Output, rows: Sequence[Row], took: float = 0.0) -> None:
     try:
-        output.show(rows)
+        output.show(rows, took)
     except (OSError, ValueError):  # a pipe with no reader, a closed descriptor or file
         raise _OutputGone from None
 
@@ -136,11 +139,13 @@ def _run(watch: Watch, output: Output, board: Board | None) -> int:
         return once_code(rows)  # the verdicts make the code, whether or not anyone read them
     next_at = time.monotonic()
     while True:
+        started = watch.clock()
         rows = watch.poll()
+        took = watch.clock() - started
         if board is not None:
             board.update(rows)
         try:
-            _show(output, rows)
+            _show(output, rows, took)
         except _OutputGone:
             if board is None:
                 raise
