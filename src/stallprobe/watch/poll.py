@@ -18,7 +18,6 @@ WatchConfig is what it was asked to poll, and how.
 from __future__ import annotations
 
 import time
-from functools import partial
 
 from ..detector import EnginesAssessment, Verdict, assess_engines, readiness
 from ..errors import ScrapeError, StallprobeError
@@ -38,9 +37,6 @@ if TYPE_CHECKING:
     from ..engines import Dialect
     from ..observe import Observation
     from .loop import Look
-
-    # Words, or what puts them together when they are first asked for (Row.message and the others).
-    Words = str | Callable[[], str]
 
 __all__ = ["Row", "Watch", "WatchConfig"]
 
@@ -91,9 +87,6 @@ class Row:
     """One row of the view: an engine of an endpoint, or the endpoint itself when it could not be read."""
 
     __slots__ = (
-        "_message",
-        "_note",
-        "_ready_message",
         "code",
         "dialect",
         "engine",
@@ -101,10 +94,13 @@ class Row:
         "generation_rate",
         "held_for",
         "hook",
+        "message",
         "name",
+        "note",
         "owed",
         "prompt_rate",
         "ready",
+        "ready_message",
         "running",
         "stalled_for",
         "time",
@@ -119,7 +115,7 @@ class Row:
         name: str,
         verdict: str,
         code: int,
-        message: Words,
+        message: str,
         *,
         engine: str | None = None,
         dialect: str | None = None,
@@ -130,16 +126,16 @@ class Row:
         generation_rate: float | None = None,
         stalled_for: float = 0.0,
         error: str | None = None,
-        note: Words = "",
+        note: str = "",
         ready: bool = False,
-        ready_message: Words = "",
+        ready_message: str = "",
     ) -> None:
         self.url = url
         self.name = name  # the engine's name on the page ("" for one unlabelled engine, or the endpoint)
         self.engine = engine  # the name shown: None when the page has one engine
         self.verdict = verdict
         self.code = code  # this row's exit code in --once
-        self._message = message  # the probe's line for this engine
+        self.message = message  # the probe's line for this engine
         self.dialect = dialect
         self.running = running
         self.waiting = waiting
@@ -148,38 +144,14 @@ class Row:
         self.generation_rate = generation_rate
         self.stalled_for = stalled_for
         self.error = error
-        self._note = note  # the short why, for the table
+        self.note = note  # the short why, for the table
         # The readiness rule (detector.readiness, the probe's --ready): whether the endpoint may take new
         # requests, and the line that says why (what /ready answers).
         self.ready = ready
-        self._ready_message = ready_message
+        self.ready_message = ready_message or message
         self.held_for = 0.0  # seconds this verdict has held, as seen by this watch
         self.time = 0.0  # the poll's wall-clock time (for the JSON lines only: every clock here is monotonic)
         self.hook = ""  # what the hooks did for this engine
-
-    # The words are put together when first asked for: piped, a poll asks for those of the engines that
-    # changed only, and --listen for the readiness line of those /ready is asked about.
-    @property
-    def message(self) -> str:
-        if not isinstance(self._message, str):
-            self._message = self._message()
-        return self._message
-
-    @property
-    def note(self) -> str:
-        if not isinstance(self._note, str):
-            self._note = self._note()
-        return self._note
-
-    @property
-    def ready_message(self) -> str:
-        if not isinstance(self._ready_message, str):
-            self._ready_message = self._ready_message()
-        return self._ready_message or self.message
-
-    @ready_message.setter
-    def ready_message(self, words: Words) -> None:
-        self._ready_message = words
 
 
 class _Endpoint:
@@ -288,8 +260,8 @@ class Watch:
             row = _engine_row(endpoint.url, dialect, name, one, previous=previous, fresh=fresh, several=several,
                               window=config.window, seen=seen)  # fmt: skip
             row.ready = ready
-            row.ready_message = partial(
-                ready_line, routing, previous, fresh, config.drain_after, dialect,
+            row.ready_message = ready_line(
+                routing, previous, fresh, config.drain_after, dialect,
                 ready=ready, health=seen.health, unanswered=seen.unanswered, note=seen.note,
             )  # fmt: skip
             rows.append(row)
@@ -326,7 +298,7 @@ def _engine_row(
     if seen.unanswered:
         prefix = f"scrape {url}: "
         why = seen.unanswered[len(prefix) :] if seen.unanswered.startswith(prefix) else seen.unanswered
-        message = partial(describe, EnginesAssessment({name: one}), previous, "", window, unanswered=seen.unanswered)
+        message = describe(EnginesAssessment({name: one}), previous, "", window, unanswered=seen.unanswered)
         note_text = f"{why}; nothing answered for {secs(one.stalled_for)} s"
         return Row(url, name, one.verdict.value, code, message, engine=engine, dialect=dialect_name,
                    stalled_for=one.stalled_for, note=note_text)  # fmt: skip
@@ -337,7 +309,7 @@ def _engine_row(
         generation_rate = (sample.generation - before.last.generation) / elapsed
     why_frozen = precision(dialect, one)
     # describe() says why a baseline was taken; `fresh` (why there is no history at all) comes first.
-    message = partial(describe, EnginesAssessment({name: one}), previous, fresh, window, why_frozen, note=seen.note)
+    message = describe(EnginesAssessment({name: one}), previous, fresh, window, why_frozen, note=seen.note)
     return Row(
         url,
         name,
@@ -352,18 +324,5 @@ def _engine_row(
         prompt_rate=prompt_rate,
         generation_rate=generation_rate,
         stalled_for=one.stalled_for,
-        note=partial(_note, one, before, previous, fresh, why_frozen, seen=seen.note),
+        note="; ".join(part for part in (short_why(one, before, previous, fresh, why_frozen), seen.note) if part),
     )
-
-
-def _note(
-    one: Assessment,
-    before: State | None,
-    previous: Mapping[str, State] | None,
-    fresh: str,
-    why_frozen: str,
-    *,
-    seen: str,
-) -> str:
-    """The table's short why of an engine's verdict, and what else the look learnt."""
-    return "; ".join(part for part in (short_why(one, before, previous, fresh, why_frozen), seen) if part)
