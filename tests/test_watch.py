@@ -815,7 +815,7 @@ def test_help_names_every_flag_and_the_drain_advice() -> None:
     assert (result.returncode, result.stderr) == (0, "")
     assert result.stdout == help_text() + "\n"
     flags = ["--interval", "--window", "--timeout", "--engine", "--saturation", "--include-waiting", "--once"]
-    flags += ["--json", "--on-stalled", "--on-saturated", "--cooldown", "--hook-timeout", "--help"]
+    flags += ["--json", "--every", "--on-stalled", "--on-saturated", "--cooldown", "--hook-timeout", "--help"]
     for flag in flags:
         assert flag in result.stdout
     text = " ".join(result.stdout.split())

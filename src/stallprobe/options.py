@@ -60,6 +60,7 @@ __all__ = [
     "ENGINE",
     "ENGINE_LABEL",
     "ENGINE_OPTIONS",
+    "EVERY",
     "FAILURE_THRESHOLD",
     "FAIL_THRASHING_AFTER",
     "FILENAME",
@@ -440,6 +441,13 @@ TERMINATION_LOG = Option(
 
 INTERVAL = Option("--interval", "SECONDS", read_positive, DEFAULT_INTERVAL, "poll every this long")
 ONCE = Option("--once", "", read_switch, False, "poll twice, one interval apart, print and exit")
+EVERY = Option(
+    "--every",
+    "",
+    read_switch,
+    False,
+    "piped: a line for every engine at every poll, not only the changes and one summary line a poll",
+)
 ON_STALLED = Option(
     "--on-stalled",
     "CMD",
@@ -611,6 +619,7 @@ WATCH = (
     SERVER_LOAD,
     ONCE,
     JSON,
+    EVERY,
     ON_STALLED,
     ON_SATURATED,
     COOLDOWN,

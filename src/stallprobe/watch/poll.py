@@ -59,6 +59,7 @@ class WatchConfig(LookSettings):
     interval: float
     once: bool
     json: bool
+    every: bool
     on_stalled: tuple[str, ...]
     on_saturated: tuple[str, ...]
     cooldown: float

@@ -1,5 +1,11 @@
-"""What a person (or a program) sees of the rows: a table redrawn in place on a terminal, one line per
-engine per poll when piped, one JSON object per engine per poll with --json; and --once's exit code."""
+"""What a person (or a program) sees of the rows: a table redrawn in place on a terminal; piped, a line
+for each engine whose verdict or readiness changed and one summary line a poll (with --every, or for
+--once's one poll, a line per engine); one JSON object per engine per poll with --json; and --once's
+exit code.
+
+Piped, a watch of thousands of engines that wrote every engine at every poll wrote a thousand lines a
+second that said nothing new; what changed is what an operator reads, and the summary line shows that
+the watch is polling, and how long a poll takes."""
 
 from __future__ import annotations
 
@@ -17,12 +23,18 @@ if TYPE_CHECKING:
 
     from .poll import Row, WatchConfig
 
-__all__ = ["Output", "endpoint_name", "line", "once_code", "row_json", "table"]
+    # Each endpoint (URL) of the last poll: each of its rows' verdict and readiness, by the engine shown.
+    Seen = dict[str, dict[str | None, tuple[str, bool]]]
+
+__all__ = ["Output", "change_line", "changes", "endpoint_name", "line", "once_code", "row_json", "summary", "table"]
 
 # The verdict comes right after the endpoint, so that a narrow terminal cuts the numbers, never the verdict.
 # READY is the readiness rule's (what /ready answers): "out" once a load balancer should drain the engine.
 _HEADINGS = ("ENDPOINT", "ENGINE", "VERDICT", "READY", "HELD", "RUNNING", "WAITING", "PROMPT/S", "GEN/S", "NOTE")
 _RIGHT = frozenset((4, 5, 6, 7, 8))
+# Each verdict's rank, the worst last (an engine whose page could no longer be read is said to have been
+# the worst of its page's engines).
+_RANK = {verdict: rank for rank, verdict in enumerate(WORST_LAST)}
 
 
 def _rate(value: float | None) -> str:
@@ -103,12 +115,70 @@ def table(rows: Sequence[Row], config: WatchConfig, width: int = 0, height: int 
     return [text[: max(1, width - 1)] for text in lines] if width else lines
 
 
+def _who(row: Row) -> str:
+    return row.url if row.engine is None else f"{row.url} engine {row.engine}"
+
+
 def line(row: Row) -> str:
-    """A row as one line, for a pipe: the URL (and the engine), the probe's line, how long it has held,
-    and what a hook did."""
-    who = row.url if row.engine is None else f"{row.url} engine {row.engine}"
-    text = f"{who}: {row.message}; held {duration(row.held_for)}" + ("" if row.ready else "; not ready")
+    """A row as one line, for a pipe (--every, --once): the URL (and the engine), the probe's line, how
+    long it has held, and what a hook did."""
+    text = f"{_who(row)}: {row.message}; held {duration(row.held_for)}" + ("" if row.ready else "; not ready")
     return f"{text}; {row.hook}" if row.hook else text
+
+
+def changes(seen: Seen, rows: Sequence[Row]) -> tuple[Seen, list[tuple[Row, str]]]:
+    """The rows to tell of, each with what it was, and what to remember for the next poll (`seen`: the
+    last poll's, {} before the first).
+
+    An engine is known from poll to poll by its URL and the engine shown (none when its page has one
+    engine, nor when its page could not be read). A row is told of when its verdict or readiness differs
+    from its own at the last poll (what it was: the verdict, or "ready"/"not ready", or both), and at
+    its first poll: with nothing said of what it was at its endpoint's first, else (an engine new to a
+    page seen before, or an endpoint whose page could not be read and now can, or the other way round)
+    with what differs from the worst of the endpoint's last rows (ready if they all were).
+    """
+    after: Seen = {}
+    told: list[tuple[Row, str]] = []
+    for row in rows:
+        now = (row.verdict, row.ready)
+        mine = after.get(row.url)
+        if mine is None:
+            mine = after[row.url] = {}
+        mine[row.engine] = now
+        before = seen.get(row.url)
+        if before is None:
+            told.append((row, ""))
+            continue
+        was = before.get(row.engine)
+        new = was is None
+        if was is None:
+            worst = max((verdict for verdict, _ in before.values()), key=lambda v: _RANK.get(v, len(_RANK)))
+            was = (worst, all(ready for _, ready in before.values()))
+        if new or was != now:
+            parts = [was[0]] if was[0] != now[0] else []
+            if was[1] != now[1]:
+                parts.append("ready" if was[1] else "not ready")
+            told.append((row, ", ".join(parts)))
+    return after, told
+
+
+def change_line(row: Row, was: str) -> str:
+    """The line of a row whose verdict or readiness changed: the URL (and the engine), the probe's line,
+    `not ready` when it is not, what a hook did, and what it was (nothing said on its first poll)."""
+    text = f"{_who(row)}: {row.message}" + ("" if row.ready else "; not ready")
+    text = f"{text}; {row.hook}" if row.hook else text
+    return f"{text} (was {was})" if was else text
+
+
+def summary(rows: Sequence[Row], took: float) -> str:
+    """The line that ends each poll, piped: how many engines (an endpoint that could not be read counts
+    once), how many of each verdict (the worst first), how many not ready, and how long the poll took."""
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row.verdict] = counts.get(row.verdict, 0) + 1
+    said = ", ".join(f"{counts[v]} {v}" for v in sorted(counts, key=lambda v: -_RANK.get(v, len(_RANK))))
+    not_ready = sum(not row.ready for row in rows)
+    return f"poll: {len(rows)} engines: {said}; {not_ready} not ready; {took * 1000:.0f} ms"
 
 
 def row_json(row: Row) -> dict[str, object]:
@@ -135,7 +205,8 @@ def row_json(row: Row) -> dict[str, object]:
 
 
 class Output:
-    """Where the rows go: a table redrawn in place on a terminal, else one line (or object) per row."""
+    """Where the rows go: a table redrawn in place on a terminal; else, piped, what changed and a summary
+    line a poll, or one line (or object) per row with --every, --json or --once."""
 
     def __init__(self, config: WatchConfig, stream: TextIO) -> None:
         self.config = config
@@ -143,8 +214,11 @@ class Output:
         self.terminal = not config.json and stream.isatty()
         self.live = self.terminal and not config.once  # redraw in place
         self.drawn = False
+        self.changes = not (self.terminal or config.json or config.every or config.once)
+        self.seen: Seen = {}  # with `changes`: the last poll's verdicts and readiness
 
-    def show(self, rows: Sequence[Row]) -> None:
+    def show(self, rows: Sequence[Row], took: float = 0.0) -> None:
+        """Show one poll's rows; `took` is how long the poll took (seconds), for the summary line."""
         if self.terminal:
             size = shutil.get_terminal_size()
             # Cut to the terminal only when redrawing: a line that wraps would break the redraw.
@@ -155,6 +229,10 @@ class Output:
                 self.stream.write(start + "".join(f"{text}\x1b[K\n" for text in lines) + "\x1b[J")
             else:
                 self.stream.write("".join(f"{text}\n" for text in lines))
+        elif self.changes:
+            self.seen, told = changes(self.seen, rows)
+            said = "".join(f"{change_line(row, was)}\n" for row, was in told)
+            self.stream.write(f"{said}{summary(rows, took)}\n")
         elif self.config.json:
             self.stream.write("".join(json.dumps(row_json(row)) + "\n" for row in rows))
         else:
