@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from .engines import Dialect
 
 __all__ = [
+    "ALIVE",
     "DEFAULT_CANARY_INTERVAL",
     "LIVENESS",
     "PREFIX",
@@ -54,6 +55,7 @@ __all__ = [
     "Observation",
     "Rules",
     "canary_due",
+    "class_of",
     "judge",
     "live_class",
     "merge",
@@ -267,14 +269,20 @@ class Judgment:
         self.first = first  # why there was no history at all ("" when there was, or nothing to say)
 
 
+# The verdicts of an engine that works or has nothing to do: they come and go with the traffic, and a line
+# for each change among them would bury the ones that matter.
+ALIVE = frozenset(verdict.value for verdict in (Verdict.BASELINE, Verdict.IDLE, Verdict.PROGRESSING, Verdict.SATURATED))
+
+
+def class_of(word: str) -> str:
+    """The class a verdict's word is told in on a log when it changes: "alive" for ALIVE, else the word
+    itself (paused, thrashing, suspect, stalled; watch's unreachable and error too)."""
+    return "alive" if word in ALIVE else word
+
+
 def live_class(verdict: Verdict) -> str:
-    """The class of a liveness verdict that the container's log is told about when it changes: an engine
-    that works or has nothing to do is alive (baseline, idle, progressing and saturated come and go with
-    the traffic: a line for each would bury the ones that matter); paused, thrashing, suspect and stalled
-    are their own."""
-    if verdict in (Verdict.PAUSED, Verdict.THRASHING, Verdict.SUSPECT, Verdict.STALLED):
-        return verdict.value
-    return "alive"
+    """The class of a liveness verdict (class_of)."""
+    return class_of(verdict.value)
 
 
 def said(memory: Memory, kind: str, klass: str, line: str) -> tuple[str, Memory]:

@@ -14,6 +14,7 @@ import shutil
 import time
 
 from ..errors import ExitCode
+from ..judge import class_of
 from ..report import WORST_LAST, duration, num
 
 TYPE_CHECKING = False
@@ -131,8 +132,10 @@ def changes(seen: Seen, rows: Sequence[Row]) -> tuple[Seen, list[tuple[Row, str]
     last poll's, {} before the first).
 
     An engine is known from poll to poll by its URL and the engine shown (none when its page has one
-    engine, nor when its page could not be read). A row is told of when its verdict or readiness differs
-    from its own at the last poll (what it was: the verdict, or "ready"/"not ready", or both), and at
+    engine, nor when its page could not be read). A row is told of when the class of its verdict
+    (judge.class_of: baseline, idle, progressing and saturated are all "alive", as on the probe's log)
+    or its readiness differs from its own at the last poll (what it was: the class, or "ready"/"not
+    ready", or both), and at
     its first poll: with nothing said of what it was at its endpoint's first, else (an engine new to a
     page seen before, or an endpoint whose page could not be read and now can, or the other way round)
     with what differs from the worst of the endpoint's last rows (ready if they all were).
@@ -154,8 +157,9 @@ def changes(seen: Seen, rows: Sequence[Row]) -> tuple[Seen, list[tuple[Row, str]
         if was is None:
             worst = max((verdict for verdict, _ in before.values()), key=lambda v: _RANK.get(v, len(_RANK)))
             was = (worst, all(ready for _, ready in before.values()))
-        if new or was != now:
-            parts = [was[0]] if was[0] != now[0] else []
+        was_class, now_class = class_of(was[0]), class_of(now[0])
+        if new or was_class != now_class or was[1] != now[1]:
+            parts = [was_class] if was_class != now_class else []
             if was[1] != now[1]:
                 parts.append("ready" if was[1] else "not ready")
             told.append((row, ", ".join(parts)))
