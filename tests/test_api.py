@@ -86,6 +86,8 @@ def asked(question: Generator[Ask, Outcome, bool], outcome: Outcome) -> bool:
         (200, b'{"is_paused":false}', False),
         (200, b'{"is_paused":"true"}', False),  # only a JSON true is a pause
         (200, b"<html>", False),
+        (200, b"[" * 100_000, False),  # nested past the interpreter's stack: not JSON, never a traceback
+        (200, b"\xff\xfe", False),
         (404, b'{"is_paused":true}', False),  # a route the engine does not serve says nothing
         (500, b"", False),
     ],
@@ -98,3 +100,38 @@ def test_is_paused_believes_only_a_true(code: int, body: bytes, paused: bool) ->
 @pytest.mark.parametrize("error", [ScrapeError("refused"), ScrapeTimeout("no answer")])
 def test_no_answer_is_never_paused(error: ScrapeError) -> None:
     assert asked(api.is_paused("http://e", "/is_paused", ""), Outcome(None, error, 0.0, 1.0)) is False
+
+
+def test_a_confirmation_is_carried_until_the_engine_answers_again() -> None:
+    """The last look's CONFIRMED is kept where this look has none (a vanished signal would read as
+    progress), a new answer replaces it, and an engine never confirmed gets none."""
+    from stallprobe.detector import Sample, State
+
+    now = {"0": Sample(1, 10, 5, 50.0), "1": Sample(1, 10, 5, 50.0, signals={api.CONFIRMED: 49.0})}
+    before = {"0": State(Sample(1, 10, 5, 40.0, signals={api.CONFIRMED: 39.0})), "1": State(Sample(1, 10, 5, 40.0))}
+    kept = api.carried(now, before)
+    assert kept["0"].signals == {api.CONFIRMED: 39.0}
+    assert kept["1"].signals == {api.CONFIRMED: 49.0}
+    assert api.carried(now, None) == now
+    assert api.carried({"2": Sample(1, 10, 5, 50.0)}, before)["2"].signals == {}
+
+
+@pytest.mark.parametrize(
+    ("body", "paused"),
+    [
+        (b'{"status":"sleeping","message":"Engine is sleeping."}', True),
+        (b'{"status":"healthy","message":"ok"}', False),
+        (b'{"status":"Sleeping"}', False),
+        (b'{"state":"sleeping"}', False),
+        (b'["sleeping"]', False),
+        (b"sleeping", False),
+        (b"[" * 100_000, False),
+        (b"\xff", False),
+    ],
+)
+def test_only_the_health_answer_the_dialect_names_is_a_pause(body: bytes, paused: bool) -> None:
+    from stallprobe.detector import Sample
+
+    samples = {"": Sample(0, 10, 5, 50.0)}
+    marked = api.health_paused(samples, body, "/health", "status", "sleeping")
+    assert marked[""].paused == ("paused by its operator (/health says status sleeping)" if paused else "")

@@ -553,16 +553,17 @@ BLOCKS = "trtllm_kv_cache_gen_alloc_blocks_total"
 # definitions): read with `--engine auto`, each engine's (running, waiting, owed, prompt, generation,
 # signals, finished requests), read off the page by hand; or the error reading it must give.
 BUILT_ENGINES: dict[
-    str, tuple[str, dict[str, tuple[float, float, float, float, float, dict[str, float], float]]] | str
+    str, tuple[str, dict[str, tuple[float, float, float, float, float, dict[str, float], float | None]]] | str
 ] = {
-    # One api_server is one dp rank: its page has one `engine` value, its own rank. The waiting request is owed.
-    "lmdeploy-0.18.0-busy.prom": ("lmdeploy", {"0": (3, 1, 1, 7680, 3332, {LMKV: 0.025}, 12)}),
-    "lmdeploy-0.18.0-busy-later.prom": ("lmdeploy", {"0": (3, 0, 0, 8192, 3792, {LMKV: 0.0275}, 13)}),
-    "lmdeploy-0.18.0-dp-rank1-busy.prom": ("lmdeploy", {"1": (2, 0, 0, 5632, 2574, {LMKV: 22 / 1200}, 9)}),
-    "lmdeploy-0.18.0-idle.prom": ("lmdeploy", {"0": (0, 0, 0, 8192, 4096, {LMKV: 0.0}, 16)}),
+    # One api_server is one dp rank: its page has one `engine` value, its own rank. No waiting request is owed
+    # (its gauge counts those waiting on a peer too), and its finished count is not read (FINISH only).
+    "lmdeploy-0.18.0-busy.prom": ("lmdeploy", {"0": (3, 1, 0, 7680, 3332, {LMKV: 0.025}, None)}),
+    "lmdeploy-0.18.0-busy-later.prom": ("lmdeploy", {"0": (3, 0, 0, 8192, 3792, {LMKV: 0.0275}, None)}),
+    "lmdeploy-0.18.0-dp-rank1-busy.prom": ("lmdeploy", {"1": (2, 0, 0, 5632, 2574, {LMKV: 22 / 1200}, None)}),
+    "lmdeploy-0.18.0-idle.prom": ("lmdeploy", {"0": (0, 0, 0, 8192, 4096, {LMKV: 0.0}, None)}),
     # Asleep: nothing on the page says so (only /is_sleeping does); the gauges lag up to a 10 s tick.
-    "lmdeploy-0.18.0-asleep-stale-gauges.prom": ("lmdeploy", {"0": (3, 0, 0, 8192, 3882, {LMKV: 0.0275}, 13)}),
-    "lmdeploy-0.18.0-asleep.prom": ("lmdeploy", {"0": (0, 0, 0, 8192, 3882, {LMKV: 0.0}, 13)}),
+    "lmdeploy-0.18.0-asleep-stale-gauges.prom": ("lmdeploy", {"0": (3, 0, 0, 8192, 3882, {LMKV: 0.0275}, None)}),
+    "lmdeploy-0.18.0-asleep.prom": ("lmdeploy", {"0": (0, 0, 0, 8192, 3882, {LMKV: 0.0}, None)}),
     # No engine label: one trtllm-serve is one engine; the gauges' `pid` label is summed over like any other.
     "trtllm-iter-stats-decoding.prom": ("trtllm", {"": (4, 0, 0, 8000, 4000, {BLOCKS: 150}, 8)}),
     "trtllm-iter-stats-decoding-later.prom": ("trtllm", {"": (4, 0, 0, 8000, 4000, {BLOCKS: 158}, 8)}),

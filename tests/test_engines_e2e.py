@@ -121,13 +121,11 @@ def test_lmdeploy_asleep_is_paused_never_stalled_and_not_ready(lmdeploy: StubEng
     assert (code, line.split(";")[0]) == (ExitCode.STALLED, "not ready: paused: 3 running, 0 waiting")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an asleep LMDeploy whose gauges have caught up reads idle (nothing on its page says asleep, and "
-    "/is_sleeping is asked only of an engine that looks stuck), and its /health answers 200 while it sleeps: "
-    "readiness keeps routing to an engine that answers every generation 503",
-)
 def test_lmdeploy_asleep_with_its_gauges_caught_up_is_not_ready(lmdeploy: StubEngine, tmp_path: Path) -> None:
+    """Asleep, with its gauges caught up, nothing on LMDeploy's page says so, and /is_sleeping is asked
+    only of an engine that looks stuck; but its /health, which readiness asks anyway, answers 200
+    `{"status": "sleeping"}`: out of routing (every generation would be answered 503), and liveness,
+    which never asks /health, reads it idle (nothing to restart)."""
     state = tmp_path / "probe.state"
     lmdeploy.routes["/metrics"] = page("lmdeploy-0.18.0-asleep.prom")
     lmdeploy.routes["/is_sleeping"] = Route(b'{"is_sleeping":true}')
@@ -135,6 +133,13 @@ def test_lmdeploy_asleep_with_its_gauges_caught_up_is_not_ready(lmdeploy: StubEn
     assert probe(lmdeploy.url, state)[0] == ExitCode.OK
     code, line = probe(lmdeploy.url, state, "--ready")
     assert (code, line.split(";")[0]) == (ExitCode.STALLED, "not ready: paused: 0 running, 0 waiting")
+    assert "paused by its operator (/health says status sleeping)" in line
+    code, line = probe(lmdeploy.url, state)
+    assert (code, line.split(";")[0]) == (ExitCode.OK, "idle: 0 running, 0 waiting")
+    lmdeploy.routes["/health"] = Route(LMDEPLOY_HEALTHY)  # woken up
+    code, line = probe(lmdeploy.url, state, "--ready")
+    assert (code, line.split(";")[0]) == (ExitCode.OK, "ready: idle: 0 running, 0 waiting")
+    assert lmdeploy.count("/is_sleeping") == 0
 
 
 def test_lmdeploy_health_503_drains_readiness_and_leaves_liveness_to_the_page(
@@ -212,9 +217,14 @@ def test_trtllm_long_generation_is_never_stalled_while_health_generate_answers(
         rewind(state, TRT_WINDOW)
         code, line = probe(url, state)
         assert (code, line.split(";")[0]) == (ExitCode.OK, "progressing: 1 running, 0 waiting"), line
+        assert "its page held still, and /health_generate answered" in line
         assert trtllm.count("/health_generate") == confirmations
         rewind(state, 60)
-        assert probe(url, state)[0] == ExitCode.OK
+        code, line = probe(url, state)  # the answer counts once: the clock runs again from it
+        assert (code, line.split(";")[:2]) == (
+            ExitCode.OK,
+            ["suspect: 1 running, 0 waiting", " no token progress for 60 s (window 1800 s)"],
+        ), line
 
 
 def test_trtllm_wedged_is_stalled_past_its_window_when_health_generate_fails(
@@ -302,19 +312,26 @@ def test_trtllm_whose_page_cannot_show_progress_is_left_to_its_health_route(
     assert trtllm.count("/health_generate") == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="readiness drains at --drain-after (30 s) whatever the engine's window: during any long generation "
-    "TensorRT-LLM's page holds still, and /health_generate is asked only of an engine the liveness window "
-    "would call stalled, so a healthy engine leaves routing 30 s into every long request",
-)
 def test_trtllm_long_generation_stays_ready_while_health_generate_answers(trtllm: StubEngine, tmp_path: Path) -> None:
+    """During any long generation TensorRT-LLM's page holds still: readiness asks /health_generate at its
+    own window (--drain-after, 30 s), else a healthy engine would leave routing 30 s into every long
+    request. Asked only then, and the answer counts once."""
     state = tmp_path / "probe.state"
     url = trt_url(trtllm)
     assert probe(url, state, "--ready")[0] == ExitCode.OK
-    rewind(state, 60)
+    rewind(state, 20)
+    assert probe(url, state, "--ready")[0] == ExitCode.OK
+    assert trtllm.count("/health_generate") == 0
+    rewind(state, 10)
     code, line = probe(url, state, "--ready")
     assert code == ExitCode.OK, line
+    assert "/health_generate answered" in line
+    assert trtllm.count("/health_generate") == 1
+    trtllm.routes["/health_generate"] = Route(b"", 503)
+    rewind(state, 30)
+    code, line = probe(url, state, "--ready")
+    assert code == ExitCode.STALLED, line
+    assert trtllm.count("/health_generate") == 2
 
 
 def test_the_dialects_routes_are_the_ones_these_tests_serve() -> None:

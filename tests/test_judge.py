@@ -582,18 +582,23 @@ def test_the_words_carry_the_note_the_first_run_and_the_engine_s_caveat() -> Non
 
 
 @pytest.mark.parametrize(
-    ("before", "now", "stalled"),
+    ("before", "now", "ready", "stalled"),
     [
-        ({"": State(Sample(4, 100, 50, 5.0), -500.0)}, BUSY, True),
-        ({"": State(Sample(4, 100, 50, 5.0))}, BUSY, False),  # only suspect
-        ({"": State(Sample(4, 90, 50, 5.0), -500.0)}, BUSY, False),  # it moved
-        (None, BUSY, False),
+        ({"": State(Sample(4, 100, 50, 5.0), -500.0)}, BUSY, False, True),
+        ({"": State(Sample(4, 100, 50, 5.0))}, BUSY, False, False),  # only suspect
+        ({"": State(Sample(4, 90, 50, 5.0), -500.0)}, BUSY, False, False),  # it moved
+        (None, BUSY, False, False),
+        # readiness asks at its own window (drain_after 30 s): frozen for 40 s drains, 5 s does not
+        ({"": State(Sample(4, 100, 50, 5.0), -30.0)}, BUSY, True, True),
+        ({"": State(Sample(4, 100, 50, 5.0), -30.0)}, BUSY, False, False),
+        ({"": State(Sample(4, 100, 50, 5.0))}, BUSY, True, False),
+        ({"": State(Sample(4, 90, 50, 5.0), -500.0)}, BUSY, True, False),
     ],
 )
 def test_only_an_engine_that_would_be_stalled_is_asked_to_confirm(
-    before: dict[str, State] | None, now: Sample, stalled: bool
+    before: dict[str, State] | None, now: Sample, ready: bool, stalled: bool
 ) -> None:
-    assert would_be_stalled(RULES, before, {"": now}) is stalled
+    assert would_be_stalled(RULES, before, {"": now}, ready=ready) is stalled
 
 
 def test_a_canary_sent_this_very_moment_is_not_due_again() -> None:

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from typing import Protocol, TypeVar
 
     from .asking import Outcome
-    from .detector import Sample
+    from .detector import Sample, State
     from .engines import Dialect
     from .scrape import Answer
 
@@ -51,7 +51,9 @@ __all__ = [
     "ask_live",
     "ask_paused",
     "canary",
+    "carried",
     "confirmed",
+    "health_paused",
     "in_flight",
     "is_paused",
     "live_loads",
@@ -151,6 +153,20 @@ def ask_paused(
     return {name: sample.replace(paused=sample.paused or why) for name, sample in samples.items()}
 
 
+def health_paused(samples: Mapping[str, Sample], body: bytes, route: str, key: str, value: str) -> dict[str, Sample]:
+    """The samples marked paused when the health route's 2xx answer (`body`) is a JSON object with `key`
+    at `value` (Dialect.health_paused: LMDeploy's /health answers 200 `{"status": "sleeping"}` asleep,
+    when its gauges may read idle and every generation is answered 503); else unchanged."""
+    try:
+        data = loads(body.decode("utf-8"))
+    except ValueError:  # UnicodeDecodeError and JSONDecodeError alike
+        return dict(samples)
+    if not isinstance(data, dict) or data.get(key) != value:
+        return dict(samples)
+    why = f"paused by its operator ({route} says {key} {value})"
+    return {name: sample.replace(paused=sample.paused or why) for name, sample in samples.items()}
+
+
 # SGLang's /v1/loads: the queues of a disaggregated engine that wait on a peer or the network, never on
 # the scheduler (its `disaggregation` section, sglang/srt/managers/load_snapshot.py).
 _PEER_QUEUES = (
@@ -209,22 +225,36 @@ def ask_live(samples: Mapping[str, Sample], base: str, route: str, key: str) -> 
 
 def confirmed(
     samples: Mapping[str, Sample], base: str, route: str, key: str, timeout: float
-) -> Asks[dict[str, Sample]]:
+) -> Asks[tuple[dict[str, Sample], str]]:
     """For an engine that would be stalled on its page alone (and only then): ask `route`, a request
     through the whole engine (TensorRT-LLM's /health_generate: a one-token generation). Its 2xx answer is
     life its page could not show (a long request that finishes nothing yet): a signal that changes at each
-    such answer (CONFIRMED, the time it answered) marks the samples as moving. Any other answer, or none,
-    changes nothing: the page's verdict stands."""
+    such answer (CONFIRMED, the time it answered) marks the samples as moving, and a note says so. Any
+    other answer, or none, changes nothing: the page's verdict stands."""
     outcome = yield Ask(base + route, timeout, key=key, max_bytes=MAX_JSON, what="ask")
     try:
         answer = outcome.result()
     except ScrapeError:
-        return dict(samples)
+        return dict(samples), ""
     if not 200 <= answer.code < 300:
-        return dict(samples)
-    return {
+        return dict(samples), ""
+    moved = {
         name: sample.replace(signals={**sample.signals, CONFIRMED: outcome.ended}) for name, sample in samples.items()
     }
+    return moved, f"its page held still, and {route} answered (a request through the whole engine)"
+
+
+def carried(samples: Mapping[str, Sample], previous: Mapping[str, State] | None) -> dict[str, Sample]:
+    """The samples with the last look's CONFIRMED kept where this look has none: the signal changes only
+    when the engine answers again. (A signal that vanished would read as progress at the next look,
+    a window's grace the engine never earned; one that failed to answer changes nothing.)"""
+    out = dict(samples)
+    for name, sample in samples.items():
+        before = previous.get(name) if previous else None
+        at = before.last.signals.get(CONFIRMED) if before is not None else None
+        if at is not None and CONFIRMED not in sample.signals:
+            out[name] = sample.replace(signals={**sample.signals, CONFIRMED: at})
+    return out
 
 
 # The signal a confirmed look carries: when the engine answered a request through its whole engine.

@@ -124,6 +124,7 @@ class Dialect:
         "engine_label",
         "finished",
         "generation",
+        "health_paused",
         "health_route",
         "hints",
         "live_route",
@@ -171,6 +172,7 @@ class Dialect:
         window: float | None = None,
         caveat: str = "",
         confirm_route: str = "",
+        health_paused: tuple[str, str] = ("", ""),
     ) -> None:
         self.name = name
         self.running = running  # gauge: requests in the running batch; busy means > 0
@@ -215,6 +217,10 @@ class Dialect:
         # asked only of an engine that would be stalled: the page alone cannot tell a long request from a
         # wedge ("" when it has none).
         self.confirm_route = confirm_route
+        # (key, value): the health route's 2xx JSON answer with `key` at `value` says its operator paused
+        # the engine (LMDeploy's /health answers 200 `{"status": "sleeping"}` asleep): a readiness look,
+        # which asks that route anyway, takes it out of routing (("", ""): its health says no such thing).
+        self.health_paused = health_paused
 
     def with_names(
         self,
@@ -254,6 +260,7 @@ class Dialect:
             window=self.window,
             caveat=self.caveat,
             confirm_route=self.confirm_route,
+            health_paused=self.health_paused,
         )
 
     def required(self) -> tuple[str, str, str]:
@@ -415,12 +422,12 @@ LLAMACPP = Dialect(
 # lmdeploy/serve/core/async_engine.py); the prompt counter once per request, at its first token, so a long
 # prefill moves nothing but the KV-cache usage. The running, waiting and KV-cache gauges are refreshed by a
 # 10-second tick (api_server.py's log_interval): they lag by up to 10 s, far under the window, so a
-# stale "running" of a request that just finished reads as frozen for at most one tick. Every waiting
-# request is owed (the gauge is the scheduler's waiting sequences). Sleep mode: /is_sleeping answers
-# {"is_sleeping": true} (lmdeploy/serve/openai/endpoints/management.py), and /health answers 200 asleep;
+# stale "running" of a request that just finished reads as frozen for at most one tick. Sleep mode:
+# /is_sleeping answers {"is_sleeping": true} (lmdeploy/serve/openai/endpoints/management.py), and /health
+# answers 200 `{"status": "sleeping"}` asleep;
 # awake, /health answers 503 once the scheduler has not ticked for 90 s with requests dispatched
 # (lmdeploy/serve/core/health.py): a frozen scheduler, not one that ticks and produces nothing, and with no
-# drain before the restart. request_success_total moves only for requests that finish (its FINISH child).
+# drain before the restart.
 LMDEPLOY = Dialect(
     "lmdeploy",
     running="lmdeploy:num_requests_running",
@@ -433,7 +440,13 @@ LMDEPLOY = Dialect(
     hints=("lmdeploy",),
     pause_route="/is_sleeping",
     pause_key="is_sleeping",
-    finished="lmdeploy:request_success_total",
+    health_paused=("status", "sleeping"),
+    # Its waiting gauge counts sequences WAITING_FOR_REMOTE_KVS too (a disaggregated decode engine waiting
+    # on its prefill peer), and the page cannot tell them apart: none is owed, so a queue in front of an
+    # engine running nothing is never a stall of its own (a frozen running batch still is).
+    owing=Owing(),
+    # No `finished`: request_success_total moves only for requests that end FINISH (aborted, cancelled
+    # and failed ones never count), so a prefill-heavy load whose clients give up would read thrashing.
 )
 
 # TensorRT-LLM's trtllm-serve (tensorrt_llm/metrics/collector.py, tensorrt_llm/serve/openai_server.py):

@@ -72,10 +72,14 @@ def _flat(text: str) -> dict[str, object] | None:
 
 
 def loads(text: str) -> object:
-    """json.loads(text), a flat object without json (the module's note)."""
+    """json.loads(text), a flat object without json (the module's note). Raises ValueError for text
+    that is not JSON, nested too deeply included."""
     flat = _flat(text)
     if flat is not None:
         return flat
     import json
 
-    return json.loads(text)
+    try:
+        return json.loads(text)
+    except RecursionError:  # nesting deeper than the interpreter's stack: not an answer to read
+        raise ValueError("JSON nested too deeply") from None

@@ -356,10 +356,17 @@ def would_be_stuck(rules: Rules, previous: Mapping[str, State] | None, samples: 
     return verdict is Verdict.SUSPECT or verdict is Verdict.STALLED
 
 
-def would_be_stalled(rules: Rules, previous: Mapping[str, State] | None, samples: Mapping[str, Sample]) -> bool:
-    """Whether the engine would be judged stalled: only then is an engine whose page cannot show a long
-    request's progress asked to answer a request through the whole engine (Dialect.confirm_route)."""
-    return rules.assess(previous, samples).verdict is Verdict.STALLED
+def would_be_stalled(
+    rules: Rules, previous: Mapping[str, State] | None, samples: Mapping[str, Sample], *, ready: bool = False
+) -> bool:
+    """Whether the engine would be judged stalled (with `ready`, drained too: frozen for --drain-after):
+    only then is an engine whose page cannot show a long request's progress asked to answer a request
+    through the whole engine (Dialect.confirm_route). Readiness asks at its own window, else a healthy
+    engine would leave routing --drain-after into every long request."""
+    result = rules.assess(previous, samples)
+    if ready:
+        result = readiness(result, rules.drain_after)[1]
+    return any(one.verdict is Verdict.STALLED for one in result.engines.values())
 
 
 def canary_due(rules: Rules, memory: Memory, now: float) -> bool:

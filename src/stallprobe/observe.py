@@ -91,6 +91,10 @@ def look(
     now = at
     dialect = choose(page, settings.engine, settings.names)
     samples = read_engines(page, now, dialect, settings.progress_metric)
+    if dialect.confirm_route:
+        from .api import carried
+
+        samples = carried(samples, previous)
     rules = Rules.of(settings).of_engine(dialect)
     stuck = would_be_stuck(rules, previous, samples)
     about = engine_about(page, dialect) if stuck else ""  # for the evidence of a run that may fail
@@ -116,12 +120,20 @@ def look(
 
         paused = yield from ask_paused(samples, base, dialect.pause_route, settings.key, name=dialect.pause_key)
         samples = paused or samples
-    if dialect.confirm_route and would_be_stalled(rules, previous, samples):
+    if dialect.confirm_route and would_be_stalled(rules, previous, samples, ready=readiness):
         # A page that cannot show a long request's progress: a request through the whole engine can.
         from .api import CONFIRM_TIMEOUT, confirmed
 
-        samples = yield from confirmed(samples, base, dialect.confirm_route, settings.key, CONFIRM_TIMEOUT)
-    why, quiet = (yield from _health(base + dialect.health_route, settings)) if readiness else (None, "")
+        samples, answered = yield from confirmed(samples, base, dialect.confirm_route, settings.key, CONFIRM_TIMEOUT)
+        note = "; ".join(part for part in (note, answered) if part)
+    why: str | None = None
+    quiet = ""
+    if readiness:
+        why, quiet, body = yield from _health(base + dialect.health_route, settings)
+        if body and dialect.health_paused[0]:
+            from .api import health_paused
+
+            samples = health_paused(samples, body, dialect.health_route, *dialect.health_paused)
     return Observation(dialect, samples, note=note, health=why, health_silent=quiet, canary_at=sent, about=about)
 
 
@@ -135,24 +147,27 @@ def health(
     alone decides, as an httpGet probe of it would), a 404 is a failure too."""
     import time
 
-    return drive(_health(url, settings, missing_ok=missing_ok, timeout=timeout), time.monotonic)
+    return drive(_health(url, settings, missing_ok=missing_ok, timeout=timeout), time.monotonic)[:2]
 
 
 def _health(
     url: str, settings: LookSettings, *, missing_ok: bool = True, timeout: float | None = None
-) -> Generator[Ask, Outcome, tuple[str, str]]:
+) -> Generator[Ask, Outcome, tuple[str, str, bytes]]:
+    """health()'s exchange, and the body of a 2xx answer (b"" for any other)."""
     from .scrape import status_error
 
     outcome = yield Ask(url, settings.timeout if timeout is None else timeout, key=settings.key, what="health")
     try:
         answer = outcome.result()
     except ScrapeTimeout as exc:
-        return "", str(exc)  # no answer in time: ambiguous, as a page that gives none (judge.py)
+        return "", str(exc), b""  # no answer in time: ambiguous, as a page that gives none (judge.py)
     except ScrapeError as exc:
-        return str(exc), ""
-    if 200 <= answer.code < 300 or (answer.code == 404 and missing_ok):
-        return "", ""
-    return status_error(f"health {url}", answer), ""
+        return str(exc), "", b""
+    if 200 <= answer.code < 300:
+        return "", "", answer.body
+    if answer.code == 404 and missing_ok:
+        return "", "", b""
+    return status_error(f"health {url}", answer), "", b""
 
 
 def worst_case(timeout: float, asks: int = 0, engine: str | None = None) -> float:

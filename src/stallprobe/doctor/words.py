@@ -135,8 +135,13 @@ def waiting_lines(config: LookSettings, dialect: Dialect, page: bytes | None) ->
             f"the page has no {owing.family} (an older {dialect.name}), so waiting requests cannot be told "
             "apart: a queue with nothing running is not judged unless --include-waiting=always"
         )
-    else:
+    elif owing.without:
         text = f"every waiting request ({dialect.waiting}) is owed work, and judged"
+    else:
+        text = (
+            f"{dialect.waiting} counts requests that wait on a peer too, and the page cannot tell them apart: "
+            "a queue with nothing running is not judged unless --include-waiting=always"
+        )
     return [("waiting", text)]
 
 
@@ -181,10 +186,12 @@ def pause_lines(dialect: Dialect, page: bytes | None, looks: Looks) -> Topics:
             how = f"answers, not as {dialect.name} does" if reply.code == 200 else reply.why
             texts.append(f"{route} {how}: the probe takes that as not paused.")
         if dialect.name == LMDEPLOY.name and reply.code == 200:
+            key, value = dialect.health_paused
             texts.append(
                 "Nothing on its page says it sleeps: POST /sleep aborts every request, and from the next 10-second "
-                "tick an asleep engine reads idle, which readiness (asking only an engine that looks stuck) keeps "
-                "in routing though it answers every generation 503 until woken."
+                f"tick an asleep engine reads idle. Its {dialect.health_route} answers 200 with {key} {value} "
+                "then, and readiness, which asks that route at every run, takes it out of routing (every "
+                "generation is answered 503 until it is woken); liveness never restarts it."
             )
     signs = list(dict.fromkeys(sign.family for sign in dialect.pause_signs if family_state(page, sign.family)))
     if signs:
@@ -256,7 +263,8 @@ def moves_lines(dialect: Dialect, page: bytes | None) -> Topics:
             f"{dialect.prompt} once a request, by its whole prompt, at its first token, so a long prefill moves "
             f"only {usage}. {dialect.running}, {dialect.waiting} and {usage} are set by a 10-second tick: they lag "
             "by up to 10 s (a request that just finished may read as running, frozen, for one tick: far under the "
-            f"window). {dialect.finished} moves only for requests that finish (its ResponseType.FINISH series)."
+            "window). Its request_success_total moves only for requests that end FINISH (aborted and cancelled "
+            "ones never count), so the probe reads no thrashing from it."
         )
         return [("moves when", text)]
     if dialect.name != TRTLLM.name:
