@@ -3,7 +3,7 @@
 every engine at every poll, as before.
 
 Which rows are told of is a pure function of the last poll's memory and this poll's rows (view.changes),
-tested as a table. The watch's own polls run on a fake clock (Looks takes one) against real engines on
+tested as a table. The watch's own polls run on a fake clock (Flights takes one) against real engines on
 loopback, so that a wedge becomes suspect, not ready and stalled without anyone sleeping; the real command
 is run once, piped, for the wiring.
 """
@@ -23,7 +23,7 @@ from typing import IO
 import pytest
 
 from conftest import refused_url
-from stallprobe.watch.loop import Looks
+from stallprobe.watch.loop import Flights
 from stallprobe.watch.poll import Row, Watch, WatchConfig
 from stallprobe.watch.view import Output, changes, line, row_json
 from stubengine import StubEngine
@@ -223,7 +223,7 @@ def test_a_wedge_is_told_as_it_becomes_suspect_not_ready_and_stalled(engines: tu
     moving, wedging = engines
     clock = Clock()
     config = WatchConfig([moving.url, wedging.url], window=20.0, drain_after=10.0, timeout=2.0)
-    watch = Watch(config, {}, looks=Looks(clock))
+    watch = Watch(config, {}, flights=Flights(clock))
     output = Output(config, io.StringIO())
 
     def poll() -> list[str]:

@@ -22,7 +22,7 @@ from stallprobe.detector import Sample, State
 from stallprobe.errors import ScrapeError
 from stallprobe.judge import Memory
 from stallprobe.observe import Observation, look, observe
-from stallprobe.watch.loop import Look, Looks
+from stallprobe.watch.loop import Flight, Flights
 from stallprobe.watch.poll import Watch, WatchConfig
 from stubengine import StubEngine
 
@@ -125,7 +125,7 @@ def stalls_after(part: bytes, sent: threading.Event) -> Behave:
     return stall
 
 
-def drive(steps: object, looks: Looks, until: float = 10.0) -> Observation:
+def drive(steps: object, looks: Flights, until: float = 10.0) -> Observation:
     """One look through the loop, to its end."""
     one = looks.start("u", steps)  # type: ignore[arg-type]
     looks.run(looks.clock() + until)
@@ -144,7 +144,7 @@ def test_a_hung_endpoint_costs_the_poll_its_own_deadline_and_no_more(
     clock = Clock()
     selector = Jumping(clock, hung.count)
     urls = [engine.url for engine in moving] + [hung.url]
-    watch = Watch(WatchConfig(urls, timeout=2.0), {}, looks=Looks(clock, selector=selector))
+    watch = Watch(WatchConfig(urls, timeout=2.0), {}, flights=Flights(clock, selector=selector))
     for verdicts in (["baseline"] * 3 + ["suspect"], ["progressing"] * 3 + ["suspect"]):
         before = clock.now
         rows = watch.poll()
@@ -166,7 +166,7 @@ def test_an_answer_that_came_while_the_loop_was_busy_is_in_time(raw_server: Call
     url = raw_server(answer).url
     clock = Clock()
     selector = Jumping(clock, late=2.5)  # the answer is there, but the loop looks only 2.5 s later
-    watch = Watch(WatchConfig([url], timeout=2.0), {}, looks=Looks(clock, selector=selector))
+    watch = Watch(WatchConfig([url], timeout=2.0), {}, flights=Flights(clock, selector=selector))
     (row,) = watch.poll()
     assert selector.jumped == 2.5
     assert row.verdict == "baseline", row.message
@@ -185,7 +185,7 @@ def test_a_poll_the_watch_itself_overran_says_so_and_the_answer_counts_at_the_ne
     server = raw_server(answer)
     clock = Clock()
     selector = Jumping(clock, late=10.0)  # past the exchange's deadline and the poll's (2 + 1 + 1 s)
-    watch = Watch(WatchConfig([server.url], timeout=2.0), {}, looks=Looks(clock, selector=selector))
+    watch = Watch(WatchConfig([server.url], timeout=2.0), {}, flights=Flights(clock, selector=selector))
     (row,) = watch.poll()
     assert row.verdict == "suspect"
     assert "still waiting after 10 s;" in row.message
@@ -197,7 +197,7 @@ def test_a_poll_the_watch_itself_overran_says_so_and_the_answer_counts_at_the_ne
 def test_a_refused_endpoint_reads_as_the_probes_line() -> None:
     url = refused_url()
     clock = Clock()
-    watch = Watch(WatchConfig([url], timeout=2.0), {}, looks=Looks(clock, selector=Jumping(clock)))
+    watch = Watch(WatchConfig([url], timeout=2.0), {}, flights=Flights(clock, selector=Jumping(clock)))
     (row,) = watch.poll()
     config = WatchConfig([url], timeout=2.0)
     with pytest.raises(ScrapeError) as probe:
@@ -259,7 +259,7 @@ def asked(situation: str, *, blocking: bool) -> tuple[str, list[tuple[str, str]]
             )
         else:
             clock = Clock()
-            looks = Looks(clock, selector=Jumping(clock))
+            looks = Flights(clock, selector=Jumping(clock))
             steps = look(engine.url, config, Memory(previous), readiness=True)
             got = outcome(lambda: drive(steps, looks), engine.base)
         return got, [(seen.method, seen.path) for seen in engine.requests]
@@ -286,8 +286,8 @@ def test_a_lookup_that_outlives_the_poll_leaves_the_endpoint_pending_with_one_lo
 
     url = f"http://engine.invalid:{engine.port}/metrics"
     clock = Clock()
-    looks = Looks(clock, selector=Jumping(clock), resolve=resolve)
-    watch = Watch(WatchConfig([url], timeout=2.0), {}, looks=looks)
+    looks = Flights(clock, selector=Jumping(clock), resolve=resolve)
+    watch = Watch(WatchConfig([url], timeout=2.0), {}, flights=looks)
     for _ in range(2):
         (row,) = watch.poll()
         assert row.verdict == "suspect"
@@ -309,8 +309,8 @@ def test_more_endpoints_than_descriptors_wait_their_turn(engines: Callable[[], S
     moving = [engines() for _ in range(5)]
     clock = Clock()
     selector = Jumping(clock)
-    looks = Looks(clock, selector=selector, limit=2)
-    watch = Watch(WatchConfig([engine.url for engine in moving], timeout=2.0), {}, looks=looks)
+    looks = Flights(clock, selector=selector, limit=2)
+    watch = Watch(WatchConfig([engine.url for engine in moving], timeout=2.0), {}, flights=looks)
     assert [row.verdict for row in watch.poll()] == ["baseline"] * 5
     assert [row.verdict for row in watch.poll()] == ["progressing"] * 5
     assert selector.most_open == 2
@@ -327,9 +327,9 @@ def test_a_host_whose_first_address_refuses_is_reached_at_the_next(engines: Call
         ]
 
     clock = Clock()
-    looks = Looks(clock, selector=Jumping(clock), resolve=resolve)
+    looks = Flights(clock, selector=Jumping(clock), resolve=resolve)
     url = f"http://engine.invalid:{engine.port}/metrics"
-    watch = Watch(WatchConfig([url], timeout=2.0), {}, looks=looks)
+    watch = Watch(WatchConfig([url], timeout=2.0), {}, flights=looks)
     (row,) = watch.poll()
     assert row.verdict == "baseline", row.message
 
@@ -339,7 +339,7 @@ def test_a_host_whose_first_address_refuses_is_reached_at_the_next(engines: Call
 BIG_PAGE = vllm_page(3, 10, 20) + b"".join(b"# padding line %06d of a large page\n" % n for n in range(8000))
 
 
-class Readers(Looks):
+class Readers(Flights):
     """The loop, noting how many answers it reads at once and each socket's receive buffer before and
     after it becomes a reader."""
 
@@ -422,7 +422,7 @@ def test_an_answer_waiting_for_a_reader_is_in_time_past_its_deadline(
 
     slow, fast = raw_server(stalls_after(whole_answer(BIG_PAGE)[:2000], sent)), raw_server(whole)
     clock = Clock()
-    looks = Looks(clock, selector=Jumping(clock, lambda: int(sent.is_set())), readers=1)
+    looks = Flights(clock, selector=Jumping(clock, lambda: int(sent.is_set())), readers=1)
     stalled = looks.start(slow.url, look(slow.url, WatchConfig([slow.url], timeout=5.0), Memory()))
     looks.run(clock.now + 0.001)  # the stalled answer's first bytes are read: it holds the one reader
     assert sent.is_set()
@@ -446,13 +446,13 @@ def test_an_answer_read_in_its_turn_has_until_its_later_deadline(raw_server: Cal
     holder, late = raw_server(stall), raw_server(stall)
     clock = Clock()
     begun = clock.now
-    turn: list[Look] = []
+    turn: list[Flight] = []
 
     def silent() -> int:  # the holder once it stalled; the other once its turn came and it read its half
         exchange = turn[0].exchange if turn else None
         return int(sent.is_set()) + int(exchange is not None and bool(exchange.reading.data))
 
-    looks = Looks(clock, selector=Jumping(clock, silent), readers=1)
+    looks = Flights(clock, selector=Jumping(clock, silent), readers=1)
     held = looks.start(holder.url, look(holder.url, WatchConfig([holder.url], timeout=1.5), Memory()))
     looks.run(clock.now + 0.001)  # its first bytes are read: it holds the one reader
     assert not held.done

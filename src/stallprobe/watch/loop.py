@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     Address = tuple[int, int, int, tuple[object, ...]]  # family, type, proto, sockaddr
     Resolve = Callable[[bytes, int], list[Address]]
 
-__all__ = ["Look", "Looks"]
+__all__ = ["Flight", "Flights"]
 
 # Descriptors kept free for the rest of the process: --listen's clients, hooks, stdout, the resolver.
 _RESERVE = 256
@@ -88,8 +88,9 @@ def _numeric(host: str, port: int) -> list[Address] | None:
     return None
 
 
-class Look:
-    """One endpoint's look in progress: `done` once `outcome` is its Observation or its error."""
+class Flight:
+    """One endpoint's look in flight (observe.look's steps, driven by Flights; doctor's Look is a look's
+    result): `done` once `outcome` is its Observation or its error."""
 
     __slots__ = ("done", "exchange", "outcome", "started", "steps", "url")
 
@@ -128,7 +129,7 @@ class _Exchange:
         "where",
     )
 
-    def __init__(self, look: Look, ask: Ask, host: str, port: int, path: str) -> None:
+    def __init__(self, look: Flight, ask: Ask, host: str, port: int, path: str) -> None:
         self.look = look
         self.ask = ask
         self.host = host
@@ -145,8 +146,8 @@ class _Exchange:
         self.turn = False  # its answer started and waits for a reader (its socket is off the selector)
 
 
-class Looks:
-    """The looks of a watch, driven together: start() each, then run() until they are done or a poll's
+class Flights:
+    """The looks of a watch in flight, driven together: start() each, then run() until they are done or a poll's
     deadline. A look not done by then is carried into the next run()."""
 
     def __init__(
@@ -190,9 +191,9 @@ class Looks:
         self.wake_r.close()
         self.wake_w.close()
 
-    def start(self, url: str, steps: Generator[Ask, Outcome, Observation]) -> Look:
+    def start(self, url: str, steps: Generator[Ask, Outcome, Observation]) -> Flight:
         """Begin a look: its first exchange starts now."""
-        look = Look(url, steps, self.clock())
+        look = Flight(url, steps, self.clock())
         self._advance(look, None)
         return look
 
@@ -242,7 +243,7 @@ class Looks:
     def _connected(self, exchange: _Exchange) -> bool:
         return exchange.sock is not None and exchange in self.live
 
-    def _advance(self, look: Look, reply: Outcome | None) -> None:
+    def _advance(self, look: Flight, reply: Outcome | None) -> None:
         """Send the look how its exchange went (None: begin it) and start the next one it asks for."""
         try:
             ask = next(look.steps) if reply is None else look.steps.send(reply)
@@ -273,7 +274,7 @@ class Looks:
             exchange.addresses = list(addresses)  # the cached list stays whole: _connect takes from this one
             self._connect(exchange)
 
-    def _end(self, look: Look, outcome: Observation | StallprobeError) -> None:
+    def _end(self, look: Flight, outcome: Observation | StallprobeError) -> None:
         look.outcome = outcome
         look.done = True
         look.exchange = None

@@ -6,7 +6,7 @@ notes report.py's. This module keeps what a watch remembers between polls (each 
 long each verdict has held, the hooks' memory) and builds one Row per engine per poll; WatchConfig is what
 it was asked to poll, and how.
 
-- Every endpoint is looked at at once, on one thread (loop.Looks performs the exchanges that observe.look
+- Every endpoint is looked at at once, on one thread (loop.Flights performs the exchanges that observe.look
   asks for), each exchange under the probe's own deadline (--timeout), so a slow or dead endpoint
   neither delays nor hides the others; an endpoint whose look is still stuck past the poll's deadline
   (a DNS lookup has none) gets no second look until the first returns.
@@ -28,7 +28,7 @@ from ..options import WATCH
 from ..report import ERROR, UNREACHABLE, describe, num, precision, secs, short_why, verdict_code
 from ..settings import LookSettings
 from .hooks import Memory, consider
-from .loop import Looks
+from .loop import Flights
 from .runner import Runner
 
 TYPE_CHECKING = False
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from ..detector import Assessment, State
     from ..engines import Dialect
     from ..judge import Observation
-    from .loop import Look
+    from .loop import Flight
 
 __all__ = ["Row", "Watch", "WatchConfig"]
 
@@ -163,17 +163,17 @@ class _Endpoint:
         self.url = url
         self.dialect: Dialect | None = None  # the dialect its last page was read with
         self.memory = judging.Memory()  # what the judge remembers of it, as the probe's state file does
-        self.pending: Look | None = None
+        self.pending: Flight | None = None
 
 
 class Watch:
     """The pool: each endpoint's history, how long each verdict has held, and the hooks."""
 
-    def __init__(self, config: WatchConfig, environ: Mapping[str, str], *, looks: Looks | None = None) -> None:
+    def __init__(self, config: WatchConfig, environ: Mapping[str, str], *, flights: Flights | None = None) -> None:
         self.config = config
         # Every look's exchanges, on this thread; its clock is the watch's (tests give both a fake one).
-        self.looks = looks or Looks()
-        self.clock: Callable[[], float] = self.looks.clock
+        self.flights = flights or Flights()
+        self.clock: Callable[[], float] = self.flights.clock
         self.endpoints = [_Endpoint(url) for url in config.urls]
         self.held: dict[tuple[str, str], tuple[str, float]] = {}
         self.memory = Memory()
@@ -182,7 +182,7 @@ class Watch:
 
     def poll(self) -> list[Row]:
         """Scrape every endpoint at once, judge each engine, run the hooks; the rows, in URL order."""
-        config, looks = self.config, self.looks
+        config, looks = self.config, self.flights
         health = config.routing  # the health route: asked only when a load balancer asks (/ready, the agent)
         for endpoint in self.endpoints:
             if endpoint.pending is None:
