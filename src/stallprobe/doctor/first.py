@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
     from ..engines import Dialect
     from ..judge import Observation
+    from ..scrape import Answer
     from ..settings import LookSettings
 
 __all__ = ["First", "family_state", "first_contact", "not_an_engine", "trtllm_options"]
@@ -97,7 +98,36 @@ def first_contact(url: str, settings: LookSettings, key_from: str, clock: Callab
     first = First(clock(), key_from)
     try:
         answer = exchange(url, settings.timeout, key=settings.key)
-    except ScrapeTimeout as exc:
+    except ScrapeError as exc:
+        return _unanswered(first, url, exc)
+    first.answered = True
+    if not 200 <= answer.code < 300:
+        return _refused(first, url, answer, settings.key, key_from)
+    first.page = answer.body
+    try:
+        first.seen = observe(url, settings, Memory(), clock, readiness=True, page=answer.body)
+    except MetricsError as exc:
+        return first.fail(ExitCode.METRICS, ("engine", not_an_engine(answer.body, settings.engine, str(exc))))
+    except ScrapeError as exc:  # a canary refused (an idle engine is asked nothing at a first look, but)
+        return first.fail(exc.exit_code, ("engine", f"none: {exc}"))
+    dialect = first.seen.dialect
+    if settings.engine != "auto" and dialect is not None:
+        try:
+            first.engine_needed = choose(answer.body, "auto", settings.names).name != dialect.name
+        except MetricsError:
+            first.engine_needed = True
+    if settings.key:
+        try:
+            bare = exchange(url, settings.timeout)
+        except ScrapeError:
+            bare = None
+        first.key_needed = bare is not None and bare.code in (401, 403)
+    return first
+
+
+def _unanswered(first: First, url: str, exc: ScrapeError) -> First:
+    """The first look when the page gave no answer: none in time, a refused connection, or another error."""
+    if isinstance(exc, ScrapeTimeout):
         first.silent = True
         return first.fail(
             ExitCode.SCRAPE,
@@ -107,23 +137,26 @@ def first_contact(url: str, settings: LookSettings, key_from: str, clock: Callab
                 "stalled once nothing has answered for the window. If the engine is well, give a longer --timeout.",
             ),
         )
-    except ScrapeError as exc:
-        # scrape.exchange raises from a refused connection, which stays the error's context.
-        if isinstance(exc.__context__, ConnectionRefusedError):
-            host, port, _ = parse_url(url)
-            return first.fail(
-                ExitCode.SCRAPE,
-                (
-                    "engine",
-                    f"none: nothing listens on {host}:{port} (connection refused). Is the engine up, and is "
-                    f"that its port? (by default: {_ports()})",
-                ),
-            )
-        return first.fail(ExitCode.SCRAPE, ("engine", f"none: {exc}"))
-    first.answered = True
+    # scrape.exchange raises from a refused connection, which stays the error's context.
+    if isinstance(exc.__context__, ConnectionRefusedError):
+        host, port, _ = parse_url(url)
+        return first.fail(
+            ExitCode.SCRAPE,
+            (
+                "engine",
+                f"none: nothing listens on {host}:{port} (connection refused). Is the engine up, and is "
+                f"that its port? (by default: {_ports()})",
+            ),
+        )
+    return first.fail(ExitCode.SCRAPE, ("engine", f"none: {exc}"))
+
+
+def _refused(first: First, url: str, answer: Answer, key: str, key_from: str) -> First:
+    """The first look when the page answered a status other than 2xx: what that status says of the key,
+    the port and path, or the engine's metrics switch."""
     status = f"{url} answered HTTP {answer.code} {answer.reason}".rstrip()
     if answer.code in (401, 403):
-        if settings.key:
+        if key:
             why = f"refused: the engine does not take the key from {key_from}"
             return first.fail(ExitCode.SCRAPE, ("engine", f"unknown: {status}"), ("api key", why))
         return first.fail(
@@ -153,28 +186,7 @@ def first_contact(url: str, settings: LookSettings, key_from: str, clock: Callab
                 f"with {llamacpp.metrics_on[0]} (or {llamacpp.metrics_env[0]}=1).",
             ),
         )
-    if not 200 <= answer.code < 300:
-        return first.fail(ExitCode.SCRAPE, ("engine", f"none: {status_error(url, answer)}"))
-    first.page = answer.body
-    try:
-        first.seen = observe(url, settings, Memory(), clock, readiness=True, page=answer.body)
-    except MetricsError as exc:
-        return first.fail(ExitCode.METRICS, ("engine", not_an_engine(answer.body, settings.engine, str(exc))))
-    except ScrapeError as exc:  # a canary refused (an idle engine is asked nothing at a first look, but)
-        return first.fail(exc.exit_code, ("engine", f"none: {exc}"))
-    dialect = first.seen.dialect
-    if settings.engine != "auto" and dialect is not None:
-        try:
-            first.engine_needed = choose(answer.body, "auto", settings.names).name != dialect.name
-        except MetricsError:
-            first.engine_needed = True
-    if settings.key:
-        try:
-            bare = exchange(url, settings.timeout)
-        except ScrapeError:
-            bare = None
-        first.key_needed = bare is not None and bare.code in (401, 403)
-    return first
+    return first.fail(ExitCode.SCRAPE, ("engine", f"none: {status_error(url, answer)}"))
 
 
 def family_state(page: bytes | None, family: str) -> str:
