@@ -170,3 +170,56 @@ def test_cost_figures_quoted_elsewhere_are_cost_md_s_current_ones() -> None:
     assert quoted, "the README no longer quotes the probe's cost"
     for name, found in quoted:
         assert found == expected, (name, found, expected)
+
+
+def _block_lines(text: str, prefix: tuple[str, ...]) -> list[str]:
+    return [line.strip() for line in text.splitlines() if line.strip().startswith(prefix)]
+
+
+def test_the_agent_lines_the_pools_page_shows_are_the_code_s_own_words() -> None:
+    """Each example answer of the agent in pools.md is what watch's agent writes for the same case, the
+    readiness line made by the judge itself (its numbers aside): no line the code never writes."""
+    from stallprobe.detector import Sample, State
+    from stallprobe.engines import VLLM
+    from stallprobe.judge import Memory, Observation, Rules, judge
+    from stallprobe.watch.agent import agent_line
+    from stallprobe.watch.serve import Readiness
+
+    rules = Rules(window=120, drain_after=30)
+    before = State(Sample(4, 100, 50, 0.0))
+    cases = {
+        "progressing": (before, Sample(4, 105, 50, 5.0)),
+        "stalled": (State(Sample(4, 100, 50, 0.0), -26.0), Sample(4, 100, 50, 5.0)),
+        "paused": (
+            State(Sample(3, 100, 50, 0.0)),
+            Sample(3, 100, 50, 5.0, paused="paused by its operator (/is_paused)"),
+        ),
+    }
+    made = {}
+    for verdict, (state, now) in cases.items():
+        judged = judge(rules, Memory({"": state}), Observation(VLLM, {"": now}, health=""), ready=True)
+        made[verdict] = agent_line("u", Readiness(judged.ready, (judged.line,), 600.0), rules.drain_after)
+    shown = _block_lines((DOCS / "pools.md").read_text(encoding="utf-8"), ("ready up #", "drain up #"))
+    assert len(shown) >= 3
+    numbers = re.compile(r"\d+(?:\.\d+)?(?:m\d+s|s| s)?")  # a count, or a duration as secs() or duration() write it
+    for line in shown:
+        verdict = line.split("#", 1)[1].removeprefix("not ").removeprefix("ready: ").split(":", 1)[0]
+        assert numbers.sub("N", line) == numbers.sub("N", made[verdict]), (line, made[verdict])
+
+
+def test_the_pools_page_says_when_the_health_route_is_asked_as_the_code_decides() -> None:
+    """Each poll asks the health route exactly when a load balancer asks the watch (--listen or --agent),
+    and the pools page says so wherever it says when."""
+    from stallprobe.watch.poll import WatchConfig
+
+    asked = {
+        (listen, agent): WatchConfig(["http://e/metrics"], listen=listen, agent=agent).routing
+        for listen in (None, ("127.0.0.1", 1))
+        for agent in (None, ("127.0.0.1", 2))
+    }
+    assert [key for key, routing in asked.items() if not routing] == [(None, None)]
+    text = " ".join((DOCS / "pools.md").read_text(encoding="utf-8").split())
+    assert "Without `--listen` or `--agent` the health route is not asked" in text
+    assert "With `--listen` (or `--agent`), each poll also asks each engine's health route" in text
+    assert "With `--agent`, each poll also asks each engine's health route" in text
+    assert not re.search(r"health route is (asked )?only (asked )?with `--listen`", text)
