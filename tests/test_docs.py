@@ -223,3 +223,14 @@ def test_the_pools_page_says_when_the_health_route_is_asked_as_the_code_decides(
     assert "With `--listen` (or `--agent`), each poll also asks each engine's health route" in text
     assert "With `--agent`, each poll also asks each engine's health route" in text
     assert not re.search(r"health route is (asked )?only (asked )?with `--listen`", text)
+
+
+def test_the_pools_page_lists_every_field_watch_json_writes() -> None:
+    from stallprobe.watch.poll import Row
+    from stallprobe.watch.view import row_json
+
+    text = " ".join((DOCS / "pools.md").read_text(encoding="utf-8").split())
+    said = text[text.index("`--json` writes one object per engine per poll") :]
+    said = said[: said.index("- `--once`")]
+    row = Row("u", "", "idle", 0, "idle")
+    assert re.findall(r"`(\w+)`", said) == list(row_json(row))

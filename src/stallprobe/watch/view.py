@@ -186,7 +186,7 @@ def summary(rows: Sequence[Row], took: float) -> str:
 
 
 def row_json(row: Row) -> dict[str, object]:
-    """A row as --json writes it (the README lists the fields)."""
+    """A row as --json writes it (docs/pools.md lists the fields; a test holds them equal)."""
     return {
         "time": round(row.time, 3),
         "url": row.url,
