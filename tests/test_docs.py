@@ -233,4 +233,5 @@ def test_the_pools_page_lists_every_field_watch_json_writes() -> None:
     said = text[text.index("`--json` writes one object per engine per poll") :]
     said = said[: said.index("- `--once`")]
     row = Row("u", "", "idle", 0, "idle")
-    assert re.findall(r"`(\w+)`", said) == list(row_json(row))
+    fields = re.findall(r"(?<![(\w])`(\w+)`", re.sub(r"\([^)]*\)", "", said))
+    assert fields == list(row_json(row))
