@@ -22,7 +22,9 @@ ELSEWHERE = re.compile(r"the incident|incident write-up|the seed|feature request
 
 def test_there_is_a_page_for_each_subject() -> None:
     names = {page.stem for page in PAGES}
-    expected = {"how-it-decides", "engines", "kubernetes", "pools", "alerts", "failure-modes", "cost", "reference"}
+    expected = {
+        "how-it-decides", "engines", "kubernetes", "pools", "alerts", "failure-modes", "cost", "reference", "where",
+    }  # fmt: skip
     assert names == expected
 
 
@@ -235,3 +237,15 @@ def test_the_pools_page_lists_every_field_watch_json_writes() -> None:
     row = Row("u", "", "idle", 0, "idle")
     fields = re.findall(r"(?<![(\w])`(\w+)`", re.sub(r"\([^)]*\)", "", said))
     assert fields == list(row_json(row))
+
+
+def test_the_placement_page_names_only_alerts_the_rules_define() -> None:
+    """Every alert docs/where.md names is one of deploy/prometheus's rules, and it names each that pages."""
+    rules = "".join(path.read_text(encoding="utf-8") for path in (REPO / "deploy" / "prometheus").glob("*rules.yaml"))
+    defined = set(re.findall(r"- alert: (\w+)", rules))
+    text = (DOCS / "where.md").read_text(encoding="utf-8")
+    named = set(re.findall(r"`(\w+(?:Stalled|Saturated|Missing|Restart|Loop|NotReady|Down)\w*)`", text))
+    assert named, "where.md names no alert"
+    assert named <= defined, named - defined
+    paging = {"VLLMEngineStalled", "SGLangEngineStalled", "EngineLivenessRestartLoop", "EnginePoolMostlyNotReady"}
+    assert paging <= named
