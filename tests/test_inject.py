@@ -22,14 +22,15 @@ from unittest import mock
 import pytest
 import yaml
 
-from conftest import REPO, clean_env, rewind, validate
+from conftest import REPO, clean_env, configmap_volume, rewind, validate
 from stallprobe.errors import ExitCode
-from stallprobe.inject import PYZ_PATH, Choice, InjectConfig, decide, engine_of, inject, read_documents
+from stallprobe.inject import LAUNCHER_PATH, Choice, InjectConfig, decide, engine_of, inject, read_documents
 from stallprobe.inject.core import TEMPLATE_PATHS
 from stallprobe.inject.manifests import MAX_BYTES, MAX_DEPTH, MAX_NODES, NO_RUAMEL
 from stallprobe.inject.shell import k8s_expand
 from stallprobe.pyz import launcher
 from stallprobe.settings import parse
+from stallprobe.stanza import PYZ_DIR
 from stubengine import StubEngine
 
 
@@ -124,12 +125,12 @@ def test_every_workload_kind_gets_the_probe_and_stays_valid(kind: str) -> None:
     for spec in specs:
         assert spec["containers"][0]["startupProbe"]["httpGet"] == {"path": "/health", "port": 8000}
         probe = spec["containers"][0]["livenessProbe"]
-        assert probe["exec"]["command"][:7] == [
+        # What runs: the launcher the ConfigMap mounts beside the archive, not a program on the command line.
+        assert probe["exec"]["command"][:6] == [
             "python3",
             "-I",
             "-S",
-            "-c",
-            launcher(PYZ_PATH),
+            "/opt/stallprobe/probe",
             "--url",
             "http://127.0.0.1:8000/metrics",
         ]
@@ -319,7 +320,7 @@ def test_the_operators_own_liveness_probe_wins_unless_forced() -> None:
     assert out == [doc]  # nothing injected, so no ConfigMap either
     assert "kept its own liveness probe" in log[0]
     forced, _, _ = inject([copy.deepcopy(doc)], InjectConfig(force=True), b"")
-    assert PYZ_PATH in probe_of(forced[0])["exec"]["command"][4]
+    assert probe_of(forced[0])["exec"]["command"][3] == LAUNCHER_PATH
 
 
 def test_read_only_root_gets_an_emptydir_for_the_state() -> None:
@@ -340,7 +341,7 @@ def test_timing_flags_reach_the_probe_and_the_report() -> None:
     )
     out, log, _ = inject([workload("Deployment", pod_spec(entry))], config, b"")
     probe = probe_of(out[0])
-    assert probe["exec"]["command"][7:] == ["--window", "300", "--timeout", "4.5", "--engine", "sglang"]
+    assert probe["exec"]["command"][6:] == ["--window", "300", "--timeout", "4.5", "--engine", "sglang"]
     assert (probe["periodSeconds"], probe["timeoutSeconds"], probe["failureThreshold"]) == (15, 8, 5)
     assert (
         "restarted about 360 s after its last progress (window 300 s + period 15 s x (failureThreshold 5 - 1))"
@@ -478,8 +479,14 @@ spec:
 """
 
 
+def build_name(build: bytes) -> str:
+    """The ConfigMap name a build gets: `stallprobe-` and 10 hex digits of the sha256 of what it ships, the
+    archive and then its launcher."""
+    return "stallprobe-" + hashlib.sha256(build + launcher().encode()).hexdigest()[:10]
+
+
 # The ConfigMap of an empty build (--pyz /dev/null): named by its content, as every build's is.
-EMPTY = "stallprobe-e3b0c44298"
+EMPTY = build_name(b"")
 
 
 def test_a_changed_document_keeps_every_line_inject_does_not_change() -> None:
@@ -586,13 +593,7 @@ def test_the_injected_command_as_the_kubelet_runs_it(stub: StubEngine, tmp_path:
     assert result.returncode == 0, result.stderr
     deployment, configmap = json.loads(result.stdout)["items"]
     probe = probe_of(deployment)
-    # The ConfigMap's file, where the volume would mount it.
-    pyz = tmp_path / "opt" / "stallprobe.pyz"
-    pyz.parent.mkdir()
-    pyz.write_bytes(base64.b64decode(configmap["binaryData"]["stallprobe.pyz"]))
-    command = [
-        sys.executable if word == "python3" else word.replace(PYZ_PATH, str(pyz)) for word in probe["exec"]["command"]
-    ]
+    command = as_the_kubelet_runs(probe, configmap, tmp_path)
     env = clean_env(TMPDIR=str(tmp_path))
 
     def kubelet() -> tuple[int, str]:
@@ -617,16 +618,17 @@ def test_the_injected_command_as_the_kubelet_runs_it(stub: StubEngine, tmp_path:
 def as_the_kubelet_runs(
     probe: dict[str, Any], configmap: dict[str, Any], tmp_path: Path, env: list[dict[str, Any]] | None = None
 ) -> list[str]:
-    """An exec probe's command as it runs in the pod: the build where the volume mounts it, this
-    interpreter for the image's, and `$(VAR)` expanded as the kubelet expands it in a probe's command
+    """An exec probe's command as it runs in the pod: the ConfigMap's files where its volume mounts them
+    (an update of the ConfigMap updates them in place, as the kubelet does), this interpreter for the
+    image's, and `$(VAR)` expanded as the kubelet expands it in a probe's command
     (kubecontainer.ExpandContainerCommandOnlyStatic: the container's `env` by name, a valueFrom one to
     nothing; `$$` to `$`)."""
-    pyz = tmp_path / "opt" / "stallprobe.pyz"
-    pyz.parent.mkdir(exist_ok=True)
-    pyz.write_bytes(base64.b64decode(configmap["binaryData"]["stallprobe.pyz"]))
+    files: dict[str, bytes | str] = dict(configmap.get("data") or {})
+    files.update({key: base64.b64decode(value) for key, value in configmap["binaryData"].items()})
+    mount = configmap_volume(tmp_path / "opt" / "stallprobe", files)
     static = {str(var["name"]): str(var.get("value", "")) for var in env or []}
     return [
-        sys.executable if word == "python3" else k8s_expand(word.replace(PYZ_PATH, str(pyz)), static)
+        sys.executable if word == "python3" else k8s_expand(word.replace(PYZ_DIR, str(mount)), static)
         for word in probe["exec"]["command"]
     ]
 
@@ -747,11 +749,6 @@ def test_the_docs_give_the_input_limits_the_code_has() -> None:
 # --- the build's ConfigMap, named by its content
 
 
-def build_name(build: bytes) -> str:
-    """The ConfigMap name a build gets: `stallprobe-` and 10 hex digits of its sha256."""
-    return "stallprobe-" + hashlib.sha256(build).hexdigest()[:10]
-
-
 def names_of(docs: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
     """(the ConfigMaps the build's volumes name, the ConfigMaps' names), in document order."""
     volumes = [
@@ -763,6 +760,43 @@ def names_of(docs: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
     ]
     maps = [doc["metadata"]["name"] for doc in docs if doc["kind"] == "ConfigMap"]
     return volumes, maps
+
+
+def test_the_configmap_ships_the_launcher_as_text_and_is_named_by_both_files(tmp_path: Path) -> None:
+    """The ConfigMap holds the launcher as text (what the pod's command runs, for anyone reading it) beside
+    the archive; its name is the sha256 of the two files, as docs/kubernetes.md says a pod can check it
+    (`cat stallprobe.pyz probe | sha256sum`, in the folder the volume mounts)."""
+    out, _, _ = inject([workload("Deployment", pod_spec(container()))], InjectConfig(), b"PK-build")
+    configmap = out[-1]
+    assert configmap["data"] == {"probe": launcher()}
+    assert list(configmap) == ["apiVersion", "kind", "metadata", "data", "binaryData"]  # the text before the blob
+    files = {
+        "probe": configmap["data"]["probe"],
+        "stallprobe.pyz": base64.b64decode(configmap["binaryData"]["stallprobe.pyz"]),
+    }
+    mount = configmap_volume(tmp_path / "opt" / "stallprobe", files)
+    digest = hashlib.sha256((mount / "stallprobe.pyz").read_bytes() + (mount / "probe").read_bytes()).hexdigest()
+    assert configmap["metadata"]["name"] == f"stallprobe-{digest[:10]}"
+    assert "`cat stallprobe.pyz probe | sha256sum`" in (REPO / "docs" / "kubernetes.md").read_text()
+
+
+def test_an_earlier_releases_c_program_and_its_configmap_are_replaced() -> None:
+    """What an earlier release wrote (`python3 -I -S -c "<a launcher naming the archive>"`, and a ConfigMap
+    holding the archive alone) is ours: a run rewrites both probes to run the launcher, and its build's
+    ConfigMap, which nothing mounts any more, becomes the new one (launcher and archive) in its place."""
+    earlier = (REPO / "tests" / "fixtures" / "inject-golden" / "inputs" / "earlier-release.injected.yaml").read_text()
+    old = next(yaml.safe_load_all(earlier))["spec"]["template"]["spec"]["volumes"][0]["configMap"]["name"]
+    built = f"kind: ConfigMap\napiVersion: v1\nmetadata: {{name: {old}, namespace: inference}}\n"
+    done = run_inject(f"{earlier}---\n{built}binaryData: {{stallprobe.pyz: UEs=}}\n", "--pyz", os.devnull)
+    assert done.returncode == 0, done.stderr
+    deployment, _, configmap = yaml.safe_load_all(done.stdout)  # the Service between them
+    for probe in ("livenessProbe", "readinessProbe"):
+        command = deployment["spec"]["template"]["spec"]["containers"][0][probe]["exec"]["command"]
+        assert command[:4] == ["python3", "-I", "-S", LAUNCHER_PATH]
+        assert "-c" not in command
+    assert (configmap["metadata"]["name"], configmap["data"]) == (EMPTY, {"probe": launcher()})
+    assert f"configmap/{old} in namespace inference: replaced by configmap/{EMPTY}" in done.stderr
+    assert "replaced the liveness probe" in done.stderr
 
 
 def test_a_new_build_is_a_new_configmap_and_rolls_the_workload() -> None:

@@ -25,7 +25,10 @@ from stallprobe.serving import LOOPBACK, SERVING, Address, VllmServing, python_i
 
 WILD = Address("127.0.0.1", "")  # a wildcard: dialled at loopback, reached by the kubelet at the pod's IP
 HEALTH = {"httpGet": {"path": "/health", "port": 8000}}
-OURS = {"exec": {"command": ["python3", "-c", "/opt/stallprobe/stallprobe.pyz"]}}
+# What inject writes (the launcher's file), and what an earlier release wrote (a `-c` program naming the
+# archive): both are ours, to rewrite.
+OURS = {"exec": {"command": ["python3", "-I", "-S", "/opt/stallprobe/probe", "--url", "http://127.0.0.1:8000/metrics"]}}
+OURS_BEFORE = {"exec": {"command": ["python3", "-c", 'p = "/opt/stallprobe/stallprobe.pyz"; run()']}}
 CUSTOM = {"exec": {"command": ["/bin/check"]}}
 
 
@@ -480,6 +483,14 @@ SCENARIOS: list[tuple[str, dict[str, Any], str, dict[str, Any], dict[str, Any]]]
         {"action": "keep", "why": "not a plain /health check; --force replaces it"},
     ),
     ("ours", c(livenessProbe=OURS, startupProbe=HEALTH), "pod", {}, {"liveness": "ours", "startup": False}),
+    ("ours, an earlier release's -c program", c(livenessProbe=OURS_BEFORE), "pod", {}, {"liveness": "ours"}),
+    (
+        "a file beside ours is not ours",
+        c(livenessProbe={"exec": {"command": ["python3", "/opt/stallprobe/probe.d/check"]}}),
+        "pod",
+        {},
+        {"action": "keep", "why": "not a plain /health check; --force replaces it"},
+    ),
     (
         "custom kept",
         c(livenessProbe=CUSTOM),
@@ -499,6 +510,7 @@ SCENARIOS: list[tuple[str, dict[str, Any], str, dict[str, Any], dict[str, Any]]]
     ("readiness not asked", c(), "pod", {}, {"readiness": ""}),
     ("readiness plain replaced", c(readinessProbe=HEALTH), "pod", {"drain": True}, {"readiness": "replaced"}),
     ("readiness ours", c(readinessProbe=OURS), "pod", {"drain": True}, {"readiness": "ours"}),
+    ("readiness ours, earlier", c(readinessProbe=OURS_BEFORE), "pod", {"drain": True}, {"readiness": "ours"}),
     ("readiness custom kept", c(readinessProbe=CUSTOM), "pod", {"drain": True}, {"readiness": "kept"}),
     (
         "readiness custom forced",

@@ -6,6 +6,7 @@ function run by a real `kubectl kustomize`."""
 from __future__ import annotations
 
 import difflib
+import hashlib
 import json
 import os
 import shutil
@@ -22,10 +23,12 @@ import yaml
 
 from conftest import REPO, validate
 from stallprobe.errors import ExitCode
+from stallprobe.pyz import launcher
 
 MANIFESTS = REPO / "tests" / "fixtures" / "manifests"
-# The ConfigMap of the empty build every run here ships (--pyz /dev/null), named by its content.
-EMPTY = "stallprobe-e3b0c44298"
+# The ConfigMap of the empty build every run here ships (--pyz /dev/null) and its launcher, named by their
+# content.
+EMPTY = "stallprobe-" + hashlib.sha256(launcher().encode()).hexdigest()[:10]
 
 
 def run(text: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -349,6 +352,8 @@ def test_print_probe_gives_the_fields_to_embed() -> None:
     assert out["container"]["startupProbe"]["httpGet"] == {"path": "/health", "port": 8000}
     assert "http://127.0.0.1:8000/metrics" in out["container"]["livenessProbe"]["exec"]["command"]
     assert out["configMap"]["kind"] == "ConfigMap"
+    assert out["configMap"]["data"] == {"probe": launcher()}  # what the command runs, beside the archive
+    assert out["container"]["livenessProbe"]["exec"]["command"][:4] == ["python3", "-I", "-S", "/opt/stallprobe/probe"]
     as_yaml = run("", "--print-probe", "--engine", "llamacpp", "--port", "8080")
     assert yaml.safe_load(as_yaml.stdout)["container"]["startupProbe"]["exec"]["command"][:2] == ["python3", "-I"]
     bare = run("", "--print-probe", "--engine", "vllm", "--port", "8000", "--no-ready", "--configmap", "probe")

@@ -9,7 +9,9 @@ which this module stays off.)
 from __future__ import annotations
 
 __all__ = [
+    "LAUNCHER_KEY",
     "LOOPBACK",
+    "MOUNT",
     "PYZ_KEY",
     "SERVING",
     "Address",
@@ -22,9 +24,13 @@ __all__ = [
     "python_in",
 ]
 
-# The probe's single-file build as it reaches a container: its key in the ConfigMap inject ships, and its
-# file where the pod mounts it (stanza.PYZ_PATH); a probe whose command names it is one inject wrote.
+# The probe as it reaches a container: the ConfigMap inject ships, mounted whole at MOUNT, holds the
+# single-file build (PYZ_KEY) and its launcher (LAUNCHER_KEY: the file the pod's command runs, which runs
+# the archive beside it); a probe whose command names either is one inject wrote (the launcher's path, or
+# an earlier release's `-c` program, which named the archive).
+MOUNT = "/opt/stallprobe"
 PYZ_KEY = "stallprobe.pyz"
+LAUNCHER_KEY = "probe"
 
 
 class Serving:

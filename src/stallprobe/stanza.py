@@ -11,9 +11,8 @@ from .detector import DEFAULT_WINDOW
 from .engines import DIALECTS, health_route
 from .observe import kubelet_timeout
 from .options import DEFAULT_FAILURE_THRESHOLD, DEFAULT_PERIOD, DEFAULT_STARTUP_BUDGET, DEFAULT_TIMEOUT
-from .pyz import launcher
 from .report import num
-from .serving import LOOPBACK, PYZ_KEY
+from .serving import LAUNCHER_KEY, LOOPBACK, MOUNT, PYZ_KEY
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -23,7 +22,7 @@ if TYPE_CHECKING:
     from .serving import Address
 
 __all__ = [
-    "LAUNCHER",
+    "LAUNCHER_PATH",
     "PYZ_DIR",
     "PYZ_PATH",
     "READY_PERIOD",
@@ -40,12 +39,13 @@ __all__ = [
     "timeout_seconds",
 ]
 
-# Where the pod mounts the single-file build (serving.PYZ_KEY: its name).
-PYZ_DIR = "/opt/stallprobe"
+# Where the pod mounts the ConfigMap of the single-file build and its launcher (serving.py names them).
+PYZ_DIR = MOUNT
 PYZ_PATH = f"{PYZ_DIR}/{PYZ_KEY}"
-# The pod runs the archive through `-c`, not as `python3 stallprobe.pyz`: running a zip goes through
-# runpy, ~8 ms of CPU a run (a third of the probe's cost) for nothing.
-LAUNCHER = launcher(PYZ_PATH)
+# The pod runs the launcher (pyz.launcher(): a script file, which goes through no runpy), not the
+# archive as `python3 stallprobe.pyz`: running a zip goes through runpy, which costs a run several ms of
+# CPU for nothing (docs/cost.md has both rows).
+LAUNCHER_PATH = f"{PYZ_DIR}/{LAUNCHER_KEY}"
 STATE_DIR = "/run/stallprobe"
 STARTUP_PERIOD = 10
 # Readiness is asked often and fails at once: it only moves new requests elsewhere, it restarts nothing.
@@ -106,7 +106,7 @@ def probe_command(
     # which it reads from its environment at run time.
     host = f"${address.host}" if address.host.startswith("$(") else address.host
     path = next((d.metrics_path for d in DIALECTS if d.name == engine), "/metrics")
-    command = [python, "-I", "-S", "-c", LAUNCHER, "--url", f"http://{host}:{port}{path}"]
+    command = [python, "-I", "-S", LAUNCHER_PATH, "--url", f"http://{host}:{port}{path}"]
     command += ["--window", num(plan.window), "--timeout", num(plan.timeout)]
     if engine is not None:
         command += ["--engine", engine]

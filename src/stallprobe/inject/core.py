@@ -14,8 +14,9 @@ from .. import __version__
 from ..engines import health_route
 from ..errors import UsageError
 from ..options import INJECT, PASSED_ON
+from ..pyz import launcher
 from ..report import drain_warning, num
-from ..serving import LOOPBACK, PYZ_KEY, address
+from ..serving import LAUNCHER_KEY, LOOPBACK, PYZ_KEY, address
 from ..settings import EngineSettings, given_flags
 from ..stanza import (
     PYZ_DIR,
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "InjectConfig",
+    "build_digest",
     "configmap",
     "configmap_name",
     "container_fields",
@@ -142,16 +144,24 @@ def _reference(text: str) -> bool:
     return text.startswith("$(") and text.endswith(")") and text[2:-1].isidentifier()
 
 
+def build_digest(pyz: bytes) -> str:
+    """The sha256 of the build the ConfigMap ships, in hex: its archive, then its launcher (what
+    `cat stallprobe.pyz probe | sha256sum` prints, in a pod's /opt/stallprobe)."""
+    digest = hashlib.sha256(pyz)
+    digest.update(launcher().encode("utf-8"))
+    return digest.hexdigest()
+
+
 def configmap_name(config: InjectConfig, pyz: bytes, owner: str | None = None) -> str:
     """The ConfigMap's name: --configmap's, else `stallprobe-` and the first 10 hex digits of the build's
-    sha256 (what `sha256sum stallprobe.pyz` prints), so a new build is a new ConfigMap: the pod template
+    sha256 (build_digest: the archive and the launcher), so a new build is a new ConfigMap: the pod template
     that names it changes, the workload rolls, and two builds live side by side in a namespace. With an
     `owner` (owner_of: the Helm release or Argo CD application every workload of the input belongs to),
     `OWNER-stallprobe-HASH`: two releases of one chart in one namespace each own their ConfigMap, where one
     shared name made Helm refuse the second install and a prune of one delete the other's."""
     if config.configmap is not None:
         return config.configmap
-    name = f"{VOLUME}-{hashlib.sha256(pyz).hexdigest()[:HASH_DIGITS]}"
+    name = f"{VOLUME}-{build_digest(pyz)[:HASH_DIGITS]}"
     return f"{owner}-{name}" if owner else name
 
 
@@ -470,6 +480,8 @@ def _mounted(volumes: Any) -> str | None:
 
 
 def configmap(name: str, namespace: str | None, pyz: bytes) -> dict[str, Any]:
+    """The build's ConfigMap: the launcher as text (the file the pod's command runs: a reader of the
+    manifest sees what runs), then the archive, in base64."""
     metadata: dict[str, Any] = {"name": name}
     if namespace is not None:
         metadata["namespace"] = namespace
@@ -478,6 +490,7 @@ def configmap(name: str, namespace: str | None, pyz: bytes) -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": metadata,
+        "data": {LAUNCHER_KEY: launcher()},
         "binaryData": {PYZ_KEY: base64.b64encode(pyz).decode("ascii")},
     }
 

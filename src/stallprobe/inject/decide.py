@@ -56,7 +56,7 @@ The rules, in order, each with its reason:
 from __future__ import annotations
 
 from ..engines import DIALECTS
-from ..serving import PYZ_KEY, SERVING, Address, address, default_address, python_in
+from ..serving import LAUNCHER_KEY, MOUNT, PYZ_KEY, SERVING, Address, address, default_address, python_in
 from .shell import (
     SHELLS,
     UNRESOLVED,
@@ -205,9 +205,16 @@ def engine_of(container: Mapping[str, Any]) -> str | None:
     return next((d.name for d in DIALECTS if any(hint in word for hint in d.hints for word in words)), None)
 
 
+# The word that says a probe's command runs ours: the launcher's path (python3 -I -S /opt/stallprobe/probe
+# ...), or, in what an earlier release wrote, the archive's name inside its `-c` program.
+OURS = (f"{MOUNT}/{LAUNCHER_KEY}", PYZ_KEY)
+
+
 def is_ours(probe: Any) -> bool:
+    """Whether inject wrote this probe (this release or an earlier one): its command runs the launcher, or
+    names the archive."""
     command = probe.get("exec", {}).get("command") if isinstance(probe, dict) else None
-    return isinstance(command, list) and any(PYZ_KEY in str(word) for word in command)
+    return isinstance(command, list) and any(str(word) == OURS[0] or OURS[1] in str(word) for word in command)
 
 
 def _replacing(probe: Any, force: bool) -> str:
