@@ -257,7 +257,7 @@ def configmap_volume(folder: Path, files: Mapping[str, bytes | str]) -> Path:
     Returns `folder`."""
     folder.mkdir(parents=True, exist_ok=True)
     old = sorted(folder.glob("..2*"))
-    data = folder / f"..2026_01_01_00_00_00.{len(old):09d}"
+    data = folder / f"..2026_01_01_00_00_00.{int(old[-1].name.rpartition('.')[2]) + 1 if old else 0:09d}"
     data.mkdir()
     for key, value in files.items():
         path = data / key

@@ -29,7 +29,7 @@ from stallprobe.doctor import DoctorConfig, configure, help_text, main
 from stallprobe.errors import EXIT_TABLE, ExitCode
 from stallprobe.options import DOCTOR
 from stallprobe.pyz import build, launcher
-from stallprobe.serving import LAUNCHER_KEY, PYZ_KEY
+from stallprobe.serving import LAUNCHER_KEY, PYZ_KEY, TERMINATION_LOG
 from stallprobe.stanza import LAUNCHER_PATH, PYZ_DIR
 from stubengine import Route, StubEngine
 
@@ -42,6 +42,8 @@ SGLANG_LOADS = json.dumps(
 ).encode()
 LLAMACPP_HEALTH = b'{"status":"ok"}'
 LAUNCHED = ["python3", "-I", "-S", LAUNCHER_PATH]  # the pod's command before its flags: the launcher's file
+# The flags only the liveness probe carries, last: the termination message file, the kill switch's file.
+LIVENESS_ONLY = ["--termination-log", TERMINATION_LOG, "--report-only-file", "/opt/stallprobe/report-only"]
 
 
 @pytest.fixture
@@ -142,9 +144,11 @@ class Run:
         return parsed
 
     def command(self) -> list[str]:
-        """The exec command of the liveness probe it printed."""
+        """The exec command of the liveness probe it printed, but for the flags only liveness carries (where
+        a failing run leaves its evidence, the kill switch's file: checked here), as inject writes them."""
         command: list[str] = self.probes()["livenessProbe"]["exec"]["command"]
-        return command
+        assert command[-4:] == LIVENESS_ONLY
+        return command[:-4]
 
 
 def doctor(
@@ -166,7 +170,10 @@ def run_printed(
     """The printed command, word for word, as the kubelet runs it in the engine's container: `python3`
     is this interpreter, and the ConfigMap inject ships is mounted where the command names it."""
     assert command[:4] == LAUNCHED
-    words = [sys.executable if word == "python3" else word.replace(PYZ_DIR, str(archive)) for word in command]
+    termination = tmp_path / "dev-termination-log"  # the kubelet makes it, empty, for the container
+    termination.touch()
+    local = {"python3": sys.executable, TERMINATION_LOG: str(termination)}
+    words = [local.get(word, word.replace(PYZ_DIR, str(archive))) for word in command]
     result = subprocess.run(
         words,
         capture_output=True,
@@ -492,7 +499,7 @@ def test_lmdeploy_at_work_is_told_what_moves_when_and_what_its_own_health_catche
     assert "generate" not in run.topics
     assert "config" not in run.topics
     assert "drain" not in run.topics
-    assert run.command()[5:] == ["--url", stub.url, "--window", "120", "--timeout", "2", "--engine", "lmdeploy"]
+    assert run.command()[4:] == ["--url", stub.url, "--window", "120", "--timeout", "2", "--engine", "lmdeploy"]
 
 
 def test_lmdeploy_asleep_says_so_and_is_never_failed(serve: Callable[..., StubEngine]) -> None:
@@ -569,7 +576,7 @@ def test_trtllm_during_a_long_generation_is_judged_with_its_own_window_and_told_
         in run["in short"]
     )
     command = run.command()
-    assert command[5:] == ["--url", url, "--window", "1800", "--timeout", "2", "--engine", "trtllm"]
+    assert command[4:] == ["--url", url, "--window", "1800", "--timeout", "2", "--engine", "trtllm"]
     # 2 s for the scrape, 5 s for /health_generate (api.CONFIRM_TIMEOUT), 2 s to start
     assert run.probes()["livenessProbe"]["timeoutSeconds"] == 9
     assert run["inject"] == "stallprobe inject -f your-deployment.yaml --window 1800 --timeout 2 | kubectl apply -f -"
@@ -579,7 +586,7 @@ def test_trtllm_with_a_window_given_is_judged_with_it(trtllm: StubEngine) -> Non
     run = doctor(f"{trtllm.base}/prometheus/metrics", "--window", "600", seconds="1")
     assert run["verdicts"] == "baseline, then suspect (window 600 s)"
     assert "So its window is its own, 1800 s, where --window does not say" in run["moves when"]
-    assert run.command()[7:9] == ["--window", "600"]
+    assert run.command()[6:8] == ["--window", "600"]
     assert run["inject"].endswith("--window 600 --timeout 2 | kubectl apply -f -")
     assert "drain" in run.topics
     patient = doctor(f"{trtllm.base}/prometheus/metrics", "--window", "600", "--drain-after", "600", seconds="1")

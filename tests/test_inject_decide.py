@@ -506,6 +506,24 @@ SCENARIOS: list[tuple[str, dict[str, Any], str, dict[str, Any], dict[str, Any]]]
         {},
         {"startup": False},
     ),
+    # Where a failing liveness run leaves its evidence: the file the kubelet reads the container's
+    # termination message from.
+    ("termination: Kubernetes' default", c(), "pod", {}, {"termination": "/dev/termination-log"}),
+    (
+        "termination: the container's own path",
+        c(terminationMessagePath="/var/log/why"),
+        "pod",
+        {},
+        {"termination": "/var/log/why"},
+    ),
+    (
+        "termination: an empty path is the default",
+        c(terminationMessagePath=""),
+        "pod",
+        {},
+        {"termination": "/dev/termination-log"},
+    ),
+    ("termination: not a path", c(terminationMessagePath=5), "pod", {}, {"termination": "/dev/termination-log"}),
     ("readiness added", c(), "pod", {"drain": True}, {"readiness": "added"}),
     ("readiness not asked", c(), "pod", {}, {"readiness": ""}),
     ("readiness plain replaced", c(readinessProbe=HEALTH), "pod", {"drain": True}, {"readiness": "replaced"}),
@@ -1960,7 +1978,7 @@ def test_a_decision_shows_every_field() -> None:
     assert repr(Decision("skip", "why")) == (
         "Decision({'action': 'skip', 'address': None, 'enable': ('', ''), 'engine': None, 'key': (), "
         "'liveness': '', 'notes': (), 'port': 0, 'port_from': '', 'python': '', 'readiness': '', "
-        "'startup': False, 'why': 'why'})"
+        "'startup': False, 'termination': '/dev/termination-log', 'why': 'why'})"
     )
 
 

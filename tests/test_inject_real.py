@@ -371,7 +371,9 @@ def test_drain_after_writes_the_readiness_probe() -> None:
     assert done.returncode == 0, done.stderr
     c = next(yaml.safe_load_all(done.stdout))["spec"]["template"]["spec"]["containers"][0]
     live, ready = c["livenessProbe"], c["readinessProbe"]
-    assert ready["exec"]["command"] == [*live["exec"]["command"], "--ready", "--drain-after", "30"]
+    # The readiness probe: the same command without what only liveness carries (its evidence, the kill switch).
+    assert live["exec"]["command"][-4:-2] == ["--termination-log", "/dev/termination-log"]
+    assert ready["exec"]["command"] == [*live["exec"]["command"][:-4], "--ready", "--drain-after", "30"]
     assert (ready["periodSeconds"], ready["failureThreshold"], ready["successThreshold"]) == (5, 1, 1)
     assert ready["timeoutSeconds"] == live["timeoutSeconds"] + 3  # it asks the health route too: --timeout more
     assert "traffic stops about 35 s after the last progress" in done.stderr
@@ -473,7 +475,7 @@ def test_a_key_in_a_flag_is_read_from_its_variable_and_never_copied() -> None:
     assert "--api-key" not in command
     assert "$(SGLANG_API_KEY)" not in command
     assert engine["startupProbe"]["httpGet"] == {"path": "/health", "port": 8000}
-    assert engine["readinessProbe"]["exec"]["command"][: len(command)] == command
+    assert engine["readinessProbe"]["exec"]["command"][: len(command) - 4] == command[:-4]  # but liveness's own
 
 
 def test_llama_cpps_server_image_is_probed_only_with_an_interpreter_named() -> None:

@@ -13,7 +13,9 @@ __all__ = [
     "LOOPBACK",
     "MOUNT",
     "PYZ_KEY",
+    "REPORT_ONLY_KEY",
     "SERVING",
+    "TERMINATION_LOG",
     "Address",
     "LlamacppServing",
     "Serving",
@@ -27,10 +29,17 @@ __all__ = [
 # The probe as it reaches a container: the ConfigMap inject ships, mounted whole at MOUNT, holds the
 # single-file build (PYZ_KEY) and its launcher (LAUNCHER_KEY: the file the pod's command runs, which runs
 # the archive beside it); a probe whose command names either is one inject wrote (the launcher's path, or
-# an earlier release's `-c` program, which named the archive).
+# an earlier release's `-c` program, which named the archive). REPORT_ONLY_KEY is the kill switch: absent
+# until an operator adds it to the ConfigMap in place (kubectl patch), when its file appears in every pod
+# that mounts the ConfigMap whole (a subPath mount, or `items` listing keys, would never show it).
 MOUNT = "/opt/stallprobe"
 PYZ_KEY = "stallprobe.pyz"
 LAUNCHER_KEY = "probe"
+REPORT_ONLY_KEY = "report-only"
+# Where the kubelet reads a container's termination message when it sets no terminationMessagePath
+# (Kubernetes' default, core/v1 TerminationMessagePathDefault): a liveness run that fails writes its
+# evidence there, for `kubectl describe pod` to show as the last state of the restarted container.
+TERMINATION_LOG = "/dev/termination-log"
 
 
 class Serving:

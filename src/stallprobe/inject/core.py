@@ -16,7 +16,7 @@ from ..errors import UsageError
 from ..options import INJECT, PASSED_ON
 from ..pyz import launcher
 from ..report import drain_warning, num
-from ..serving import LAUNCHER_KEY, LOOPBACK, PYZ_KEY, address
+from ..serving import LAUNCHER_KEY, LOOPBACK, PYZ_KEY, REPORT_ONLY_KEY, address
 from ..settings import EngineSettings, given_flags
 from ..stanza import (
     PYZ_DIR,
@@ -30,6 +30,7 @@ from ..stanza import (
     restart_after,
     startup_probe,
 )
+from ..switches import FALSE_WORDS
 from .decide import Choice, Context, Decision, decide, is_ours
 
 TYPE_CHECKING = False
@@ -309,7 +310,7 @@ def container_fields(decision: Decision, plan: Plan, old: Any, state_volume: boo
         python=decision.python or "python3",
         key=key,
     )
-    fields: dict[str, Any] = {"livenessProbe": liveness_probe(command, plan, old)}
+    fields: dict[str, Any] = {"livenessProbe": liveness_probe(command, plan, old, termination=decision.termination)}
     if decision.startup:
         fields["startupProbe"] = startup_probe(
             decision.port, decision.engine, reached, plan, decision.python or "python3"
@@ -523,6 +524,41 @@ def _still_named(docs: list[Any]) -> set[tuple[str | None, str]]:
     return named
 
 
+def _held_switch(
+    maps: list[tuple[int, dict[str, Any], str | None, Any]],
+    namespace: str | None,
+    name: str,
+    replaced: set[tuple[str | None, str]],
+) -> tuple[str, Any] | None:
+    """The kill switch the input's ConfigMaps hold for the probes of `namespace`: (the ConfigMap's name, the
+    value of its `report-only` key), from the build's ConfigMap of this name, else from one the rewritten
+    volumes named before (a new build: its probes move to a new ConfigMap); None when none holds the key."""
+    for own in (True, False):
+        for _, doc, ns, held in maps:
+            data = doc.get("data")
+            value = data.get(REPORT_ONLY_KEY) if isinstance(data, dict) else None
+            if ns == namespace and value is not None and (held == name if own else (ns, held) in replaced):
+                return str(held), value
+    return None
+
+
+def _kept_switch(name: str, where: str, namespace: str | None, held: str, value: Any) -> str:
+    """What inject says of the kill switch it kept: the ConfigMap holds it, the value it holds and what the
+    probes make of it (killswitch.py: any word but one read as off is on), and how to take it away."""
+    words = str(value).split()
+    on = (words[0].lower() if words else "") not in FALSE_WORDS
+    came = "kept its report-only key" if held == name else f"kept the report-only key of configmap/{held}"
+    if not on:
+        return f"configmap/{name}{where}: {came} ({value!r}: off, the liveness probes act)"
+    flag = f" -n {namespace}" if namespace is not None else ""
+    return (
+        f"configmap/{name}{where}: {came} ({value!r}: on): every liveness probe that mounts it stays "
+        "report-only and restarts nothing (the kill switch an operator turned on); to let them act again: "
+        f'kubectl patch configmap {name}{flag} --type json -p \'[{{"op": "remove", "path": '
+        f'"/data/{REPORT_ONLY_KEY}"}}]\''
+    )
+
+
 def inject(docs: list[Any], config: InjectConfig, pyz: bytes) -> tuple[list[Any], list[str], set[int]]:
     """Inject into every manifest of `docs` (changed in place) as `config` says, shipping the build `pyz`;
     the documents to write, the log, and the indexes (in the returned list) of the documents that changed.
@@ -532,8 +568,10 @@ def inject(docs: list[Any], config: InjectConfig, pyz: bytes) -> tuple[list[Any]
     where it holds the build's ConfigMap of an earlier version that the rewritten volumes named and no
     pod template names any more, that one becomes the new one, in its place: the output is what should
     be applied, and holds no build nothing mounts (the pods still running the old build keep their
-    mounted copy; whether the old object leaves the cluster is the applying tool's prune).
-    UsageError when the configuration contradicts itself.
+    mounted copy; whether the old object leaves the cluster is the applying tool's prune). A `report-only`
+    key (the kill switch, which an operator adds in place) that the input's ConfigMap of this build, or
+    of the build the probes mounted before, holds is kept in the new one, and said: a re-apply never
+    undoes the switch in silence. UsageError when the configuration contradicts itself.
     """
     plan = plan_of(config)
     walk = _Walk(config, plan, configmap_name(config, pyz, owner_of(docs)))
@@ -577,11 +615,16 @@ def inject(docs: list[Any], config: InjectConfig, pyz: bytes) -> tuple[list[Any]
             and isinstance(doc.get("binaryData"), dict)
             and PYZ_KEY in doc["binaryData"]
         ]
+        where = f" in namespace {namespace}" if namespace is not None else ""
+        # The kill switch an operator turned on in place: a re-apply must not undo it in silence.
+        held = _held_switch(maps, namespace, walk.name, walk.replaced)
+        if held is not None:
+            wanted["data"][REPORT_ONLY_KEY] = held[1]
+            walk.log.append(_kept_switch(walk.name, where, namespace, *held))
         if existing:
             index, doc = existing[0]
         elif stale:
             index, doc, old = stale[0]
-            where = f" in namespace {namespace}" if namespace is not None else ""
             walk.log.append(
                 f"configmap/{old}{where}: replaced by configmap/{walk.name}, the build the probes now mount "
                 "(pods still running the old one keep their copy until they are replaced)"

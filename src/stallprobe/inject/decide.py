@@ -46,7 +46,9 @@ The rules, in order, each with its reason:
    time (--api-key-env), a file of keys from that file; a key the probe cannot reach (written into the
    command) is said, with what to do. The key itself is never copied into the probe's command.
 10. The liveness probe: absent, a plain /health check, or ours is (re)written; any other is the
-   operator's and is kept unless --force.
+   operator's and is kept unless --force. A failing run leaves its evidence where the kubelet reads the
+   container's termination message when it ends (a liveness kill too): its terminationMessagePath, never
+   changed, else Kubernetes' default /dev/termination-log.
 11. The startup guard: without a startupProbe and without initialDelaySeconds, a liveness probe runs
    while the model loads, fails, and the kubelet kills the container before it ever serves.
 12. Readiness (drain after --drain-after, 30 s, unless --no-ready): absent, a plain /health check or ours
@@ -56,7 +58,17 @@ The rules, in order, each with its reason:
 from __future__ import annotations
 
 from ..engines import DIALECTS
-from ..serving import LAUNCHER_KEY, MOUNT, PYZ_KEY, SERVING, Address, address, default_address, python_in
+from ..serving import (
+    LAUNCHER_KEY,
+    MOUNT,
+    PYZ_KEY,
+    SERVING,
+    TERMINATION_LOG,
+    Address,
+    address,
+    default_address,
+    python_in,
+)
 from .shell import (
     SHELLS,
     UNRESOLVED,
@@ -150,6 +162,7 @@ class Decision:
         "python",
         "readiness",
         "startup",
+        "termination",
         "why",
     )
 
@@ -168,6 +181,7 @@ class Decision:
         startup: bool = False,
         liveness: str = "",
         readiness: str = "",
+        termination: str = TERMINATION_LOG,
         notes: tuple[str, ...] = (),
     ) -> None:
         self.action = action
@@ -182,6 +196,7 @@ class Decision:
         self.startup = startup  # add the startup guard
         self.liveness = liveness  # "added", "replaced" or "ours"
         self.readiness = readiness  # "" (not asked), "added", "replaced", "ours" or "kept"
+        self.termination = termination  # the container's termination message file, for the probe's evidence
         self.notes = notes  # what else to say on stderr (an image inject does not know, a key out of reach)
 
     def __repr__(self) -> str:
@@ -582,6 +597,12 @@ def _not_serving(lines: list[list[str]], engine: str | None) -> str:
     return ""
 
 
+def _termination(container: Mapping[str, Any]) -> str:
+    """The file the kubelet reads the container's termination message from (rule 10)."""
+    path = container.get("terminationMessagePath")
+    return path if isinstance(path, str) and path else TERMINATION_LOG
+
+
 def _guards(container: Mapping[str, Any], choice: Choice) -> tuple[str, bool, str]:
     """What becomes of its probes (rules 10 to 12): the liveness probe ("kept": the operator's), whether
     the startup guard is added, and the readiness probe."""
@@ -648,5 +669,6 @@ def decide(container: Mapping[str, Any], role: str, choice: Choice, context: Con
         startup=startup,
         liveness=liveness,
         readiness=readiness,
+        termination=_termination(container),
         notes=tuple(note for note in (python[1], unreachable) if note),
     )
