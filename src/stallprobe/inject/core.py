@@ -11,7 +11,7 @@ import base64
 import hashlib
 
 from .. import __version__
-from ..engines import health_route
+from ..engines import dialect_named, health_route
 from ..errors import UsageError
 from ..options import INJECT, PASSED_ON
 from ..pyz import launcher
@@ -46,6 +46,7 @@ __all__ = [
     "container_fields",
     "inject",
     "owner_of",
+    "plan_for",
     "plan_of",
     "state_volume",
     "volume",
@@ -238,9 +239,9 @@ class Surroundings:
             if doc.get("kind") == "Service" and isinstance(spec, dict):
                 self.services.setdefault(namespace, []).append(spec)
 
-    def context(self, namespace: Any, labels: dict[str, Any]) -> Context:
-        """The ConfigMaps of the namespace, and the ports of its Services whose selector selects a pod
-        with these labels (a Service without a selector selects none)."""
+    def context(self, namespace: Any, labels: dict[str, Any], volumes: Any = None) -> Context:
+        """The ConfigMaps of the namespace, the ports of its Services whose selector selects a pod with
+        these labels (a Service without a selector selects none), and the pod's `volumes`."""
         ports: list[Any] = []
         for spec in self.services.get(namespace, []):
             selector = spec.get("selector")
@@ -250,7 +251,7 @@ class Surroundings:
                 and all(str(labels.get(k)) == str(v) and k in labels for k, v in selector.items())
             ):
                 ports += spec.get("ports") or []
-        return Context(self.configmaps.get(namespace, {}), ports)
+        return Context(self.configmaps.get(namespace, {}), ports, volumes if isinstance(volumes, list) else ())
 
 
 def _has_containers(node: Any, depth: int = 0) -> bool:
@@ -294,9 +295,29 @@ def _enable_metrics(container: dict[str, Any], how: tuple[str, str]) -> None:
         words.append(name)
 
 
+def plan_for(plan: Plan, decision: Decision) -> Plan:
+    """The run's plan for one container: with its engine's own window where the decision gives one, and
+    the readiness drain at the liveness window where it drains once stalled (decide.py, rule 13)."""
+    window = plan.window if decision.window is None else decision.window
+    drain = window if decision.drain_at_window and plan.drain_after is not None else plan.drain_after
+    if (window, drain) == (plan.window, plan.drain_after):
+        return plan
+    return Plan(
+        window=window,
+        timeout=plan.timeout,
+        period=plan.period,
+        failure=plan.failure,
+        probe_args=plan.probe_args,
+        startup_budget=plan.startup_budget,
+        drain_after=drain,
+        report_only=plan.report_only,
+    )
+
+
 def container_fields(decision: Decision, plan: Plan, old: Any, state_volume: bool) -> dict[str, Any]:
     """The fields inject writes into one container: liveness, and as the decision says, startup and
-    readiness probes; then the volume mounts."""
+    readiness probes; then the volume mounts. The plan is the run's: the container's own is made here."""
+    plan = plan_for(plan, decision)
     reached = decision.address or LOOPBACK
     # A key file given to inject is the operator's word for every probe: it wins over what the engine's
     # command says (the probe takes one key).
@@ -358,6 +379,11 @@ def _line(where: str, decision: Decision, plan: Plan, changed: bool, undrained: 
             f"{plan.failure} - 1))"
         )
     parts = [head]
+    if decision.window is not None:
+        parts.append(
+            f"its window is {num(decision.window)} s, {engine}'s own, as --window does not say: its page shows no "
+            "progress while a long request runs (--window sets another, above the longest request)"
+        )
     kind, name = decision.enable
     if kind == "arg":
         parts.append(f"turned its metrics on with {name} ({engine} publishes none without it)")
@@ -389,6 +415,19 @@ def _line(where: str, decision: Decision, plan: Plan, changed: bool, undrained: 
             f"{num(stop)} s after the last progress (drain-after {num(plan.drain_after)} s + period "
             f"{READY_PERIOD} s){restart}"
         )
+        own = dialect_named(decision.engine)
+        if own is not None and own.window is not None and plan.drain_after < plan.window:
+            parts.append(
+                f"its page holds still through a long request, so readiness takes a healthy {engine} out of routing "
+                f"{num(plan.drain_after)} s into every one (give --drain-after above the longest request, or "
+                "leave it out: it then drains once stalled)"
+            )
+        elif decision.drain_at_window:
+            parts.append(
+                "it drains once stalled, as --drain-after does not say: a shorter drain would take a healthy "
+                "engine out of routing a little way into every long request, and a pool busy with long "
+                "requests out of routing altogether (--drain-after sets one)"
+            )
     return "; ".join([*parts, *decision.notes])
 
 
@@ -409,6 +448,8 @@ class _Walk:
             port=config.port,
             host=config.host_address,
             python=config.python,
+            window_given="window" in config.given,
+            drain_given="drain_after" in config.given,
         )
         self.log: list[str] = []
         self.namespaces: list[str | None] = []
@@ -455,7 +496,7 @@ class _Walk:
             for mount in fields["volumeMounts"]:
                 here = _put(mounts, mount) or here
             needs_state = needs_state or own_state
-            self.log.append(_line(label, decision, self.plan, here, undrained and here))
+            self.log.append(_line(label, decision, plan_for(self.plan, decision), here, undrained and here))
             probed = True
             changed = changed or here
         if probed:
@@ -595,7 +636,8 @@ def inject(docs: list[Any], config: InjectConfig, pyz: bytes) -> tuple[list[Any]
                 continue
             for spec, role, labels in _templates_labelled(doc):
                 namespace = _dig(doc, ("metadata", "namespace"))
-                here, any_seen = walk.pod(spec, role, where, namespace, surroundings.context(namespace, labels))
+                context = surroundings.context(namespace, labels, spec.get("volumes"))
+                here, any_seen = walk.pod(spec, role, where, namespace, context)
                 seen = seen or any_seen
                 if here:
                     changed.add(index)
