@@ -2136,7 +2136,7 @@ ENGINE_ROWS: list[tuple[str, dict[str, Any], dict[str, Any], dict[str, Any], dic
     ),
     (
         "trtllm: the disaggregated router",
-        c(image=TRT, command=["trtllm-serve", "disaggregated", "-c", "/etc/disagg.yaml"]),
+        c(image=TRT, command=["trtllm-serve", "disaggregated", "--config_file=/etc/disagg.yaml"]),
         {},
         {},
         {
@@ -2212,6 +2212,19 @@ CONFIG_ROWS: list[tuple[str, dict[str, Any], dict[str, Any], str]] = [
     ("a space before the colon", trt(), cfg("return_perf_metrics : true\nenable_iter_perf_stats: true\n"), lacks(PAGE)),
     ("a value that is no word", trt(), cfg("return_perf_metrics: truest\nenable_iter_perf_stats: true\n"), lacks(PAGE)),
     ("no colon", trt(), cfg("return_perf_metrics true\nenable_iter_perf_stats: true\n"), lacks(PAGE)),
+    ("a line with no colon changes nothing", trt(), cfg(ALL_ON + "return_perf_metrics\n"), ""),
+    (
+        "a colon in the comment",
+        trt(),
+        cfg("return_perf_metrics: true  # see: the docs\nenable_iter_perf_stats: on\n"),
+        "",
+    ),
+    (
+        "a word that ends like one",
+        trt(),
+        cfg("return_perf_metrics: trueX\nenable_iter_perf_stats: true\n"),
+        lacks(PAGE),
+    ),
     (
         "--extra_llm_api_options, the older flag",
         trt("--extra_llm_api_options=/etc/trt/config.yaml"),
@@ -2247,6 +2260,12 @@ CONFIG_ROWS: list[tuple[str, dict[str, Any], dict[str, Any], str]] = [
         trt("--config", "/etc/trt"),
         cfg(ALL_ON),
         unseen("/etc/trt", "no volume of the manifest is mounted there: the image's file, or one written at start"),
+    ),
+    (
+        "a mount path that ends in a letter",
+        trt("--config", "/etc/trtX/config.yaml", volumeMounts=[{"name": "cfg", "mountPath": "/etc/trtX"}]),
+        cfg(ALL_ON),
+        "",
     ),
     (
         "a mount path with a slash at its end",
