@@ -139,12 +139,13 @@ class LmdeployServing(Serving):
 
 class TrtllmServing(Serving):
     # TensorRT-LLM (tensorrt_llm/commands/serve.py): `trtllm-serve [serve] MODEL`; --port 8000, --host
-    # localhost (loopback: the kubelet cannot reach it); no API key of any kind (issue #9950). Its Prometheus page is mounted only with
-    # return_perf_metrics: true in the YAML that --extra_llm_api_options (--config in newer releases)
-    # names, and its per-iteration families (the running gauge without which the probe cannot judge the
-    # page, and the KV-block counter that moves while it decodes) only with enable_iter_perf_stats: true
-    # too (tensorrt_llm/llmapi/llm_args.py: both False by default; serve/openai_server.py). Its images
-    # (nvcr.io/nvidia/tensorrt-llm/release) run their command through nvidia_entrypoint.sh.
+    # localhost (loopback: the kubelet cannot reach it); no API key of any kind (issue #9950). Its
+    # Prometheus page is mounted only with return_perf_metrics: true in the YAML that
+    # --extra_llm_api_options (--config in newer releases) names, and its per-iteration families (the
+    # running gauge without which the probe cannot judge the page, and the KV-block counter that moves
+    # while it decodes) only with enable_iter_perf_stats: true too (tensorrt_llm/llmapi/llm_args.py:
+    # both False by default; serve/openai_server.py). Its images (nvcr.io/nvidia/tensorrt-llm/release)
+    # run their command through nvidia_entrypoint.sh.
     servers = ("trtllm-serve",)
     # --host localhost, which uvicorn (its server) binds on an IPv4 socket: 127.0.0.1 alone.
     default_host = "127.0.0.1"
