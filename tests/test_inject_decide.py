@@ -1978,7 +1978,7 @@ def test_has_flag() -> None:
 
 def test_a_decision_shows_every_field() -> None:
     assert repr(Decision("skip", "why")) == (
-        "Decision({'action': 'skip', 'address': None, 'drain_at_window': False, 'enable': ('', ''), 'engine': None, "
+        "Decision({'action': 'skip', 'address': None, 'enable': ('', ''), 'engine': None, "
         "'key': (), "
         "'liveness': '', 'notes': (), 'port': 0, 'port_from': '', 'python': '', 'readiness': '', "
         "'startup': False, 'termination': '/dev/termination-log', 'why': 'why', 'window': None})"
@@ -2047,7 +2047,6 @@ ENGINE_ROWS: list[tuple[str, dict[str, Any], dict[str, Any], dict[str, Any], dic
             "key": (),
             "notes": (),
             "window": None,
-            "drain_at_window": False,
         },
     ),
     ("lmdeploy: --server-port", lm("--server-port", "9000"), {}, {}, {"port": 9000}),
@@ -2113,7 +2112,6 @@ ENGINE_ROWS: list[tuple[str, dict[str, Any], dict[str, Any], dict[str, Any], dic
             "key": (),
             "notes": (),
             "window": 1800.0,
-            "drain_at_window": True,
         },
     ),
     ("trtllm: no serve word", c(image=TRT, command=["trtllm-serve", "m", "--port", "8001"]), {}, {}, {"port": 8001}),
@@ -2124,9 +2122,9 @@ ENGINE_ROWS: list[tuple[str, dict[str, Any], dict[str, Any], dict[str, Any], dic
         SEEN,
         {"address": WILD},
     ),
-    ("trtllm: --window given", trt(), {"window_given": True}, SEEN, {"window": None, "drain_at_window": True}),
-    ("trtllm: --drain-after given", trt(), {"drain_given": True}, SEEN, {"window": 1800.0, "drain_at_window": False}),
-    ("vllm: no window of its own", c(), {}, {}, {"window": None, "drain_at_window": False}),
+    ("trtllm: --window given", trt(), {"window_given": True}, SEEN, {"window": None}),
+    ("vllm: no window of its own", c(), {}, {}, {"window": None}),
+    ("vllm: --window given", c(), {"window_given": True}, {}, {"window": None}),
     (
         "trtllm: a key flag it does not have",
         trt("--config", "/etc/trt/config.yaml", "--api-key", "$(KEY)", env=[secret("KEY")]),

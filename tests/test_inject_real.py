@@ -535,8 +535,9 @@ def test_lmdeploys_own_example_with_force_is_probed_on_its_port() -> None:
 def test_trtllm_gets_its_own_window_and_is_told_what_its_config_lacks() -> None:
     """ModelExpress's trtllm-serve Deployment gives --config a YAML from a ConfigMap of the same input,
     which sets neither option the page needs: the probe goes in (without them every run is a health
-    check), reading /prometheus/metrics with TensorRT-LLM's own window, its readiness draining once
-    stalled, and stderr says what the config lacks. With the options in the ConfigMap, nothing is said."""
+    check), reading /prometheus/metrics with TensorRT-LLM's own window (its readiness keeps
+    --drain-after: it asks /health_generate before it drains), and stderr says what the config lacks.
+    With the options in the ConfigMap, nothing is said."""
     text = (MANIFESTS / "modelexpress-trtllm-single-node-f5902e2.yaml").read_text()
     done = run(text)
     assert done.returncode == 0, done.stderr
@@ -544,7 +545,7 @@ def test_trtllm_gets_its_own_window_and_is_told_what_its_config_lacks() -> None:
     live, ready = engine["livenessProbe"]["exec"]["command"], engine["readinessProbe"]["exec"]["command"]
     assert "http://127.0.0.1:8000/prometheus/metrics" in live
     assert live[live.index("--window") + 1] == "1800"
-    assert ready[ready.index("--drain-after") + 1] == "1800"
+    assert ready[ready.index("--drain-after") + 1] == "30"
     assert "its window is 1800 s, trtllm's own, as --window does not say" in done.stderr
     assert (
         "its /etc/trtllm/config.yaml (key config.yaml of ConfigMap mx-trtllm-config) lacks return_perf_metrics: "

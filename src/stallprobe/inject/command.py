@@ -179,9 +179,7 @@ def _print_probe(config: InjectConfig, log: list[str]) -> str:
     # Where the engine binds: --host-address's, else its default (serving.py says which).
     reached = default_address(engine) if given is None else address(given) or Address(given, "")
     readiness = "" if plan.drain_after is None else "added"
-    window, drain_at_window = own_window(
-        engine, Choice(window_given="window" in config.given, drain_given="drain_after" in config.given)
-    )
+    window = own_window(engine, Choice(window_given="window" in config.given))
     decision = Decision(
         "probe",
         engine=engine,
@@ -192,7 +190,6 @@ def _print_probe(config: InjectConfig, log: list[str]) -> str:
         readiness=readiness,
         liveness="added",
         window=window,
-        drain_at_window=drain_at_window,
     )
     fields = container_fields(decision, plan, None, config.state_volume)
     volumes: list[dict[str, Any]] = [volume(name)]

@@ -11,7 +11,7 @@ import base64
 import hashlib
 
 from .. import __version__
-from ..engines import dialect_named, health_route
+from ..engines import health_route
 from ..errors import UsageError
 from ..options import INJECT, PASSED_ON
 from ..pyz import launcher
@@ -296,20 +296,18 @@ def _enable_metrics(container: dict[str, Any], how: tuple[str, str]) -> None:
 
 
 def plan_for(plan: Plan, decision: Decision) -> Plan:
-    """The run's plan for one container: with its engine's own window where the decision gives one, and
-    the readiness drain at the liveness window where it drains once stalled (decide.py, rule 13)."""
-    window = plan.window if decision.window is None else decision.window
-    drain = window if decision.drain_at_window and plan.drain_after is not None else plan.drain_after
-    if (window, drain) == (plan.window, plan.drain_after):
+    """The run's plan for one container: with its engine's own window where the decision gives one
+    (decide.py, rule 13)."""
+    if decision.window is None or decision.window == plan.window:
         return plan
     return Plan(
-        window=window,
+        window=decision.window,
         timeout=plan.timeout,
         period=plan.period,
         failure=plan.failure,
         probe_args=plan.probe_args,
         startup_budget=plan.startup_budget,
-        drain_after=drain,
+        drain_after=plan.drain_after,
         report_only=plan.report_only,
     )
 
@@ -415,19 +413,6 @@ def _line(where: str, decision: Decision, plan: Plan, changed: bool, undrained: 
             f"{num(stop)} s after the last progress (drain-after {num(plan.drain_after)} s + period "
             f"{READY_PERIOD} s){restart}"
         )
-        own = dialect_named(decision.engine)
-        if own is not None and own.window is not None and plan.drain_after < plan.window:
-            parts.append(
-                f"its page holds still through a long request, so readiness takes a healthy {engine} out of routing "
-                f"{num(plan.drain_after)} s into every one (give --drain-after above the longest request, or "
-                "leave it out: it then drains once stalled)"
-            )
-        elif decision.drain_at_window:
-            parts.append(
-                "it drains once stalled, as --drain-after does not say: a shorter drain would take a healthy "
-                "engine out of routing a little way into every long request, and a pool busy with long "
-                "requests out of routing altogether (--drain-after sets one)"
-            )
     return "; ".join([*parts, *decision.notes])
 
 
@@ -449,7 +434,6 @@ class _Walk:
             host=config.host_address,
             python=config.python,
             window_given="window" in config.given,
-            drain_given="drain_after" in config.given,
         )
         self.log: list[str] = []
         self.namespaces: list[str | None] = []

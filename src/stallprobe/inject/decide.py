@@ -62,9 +62,8 @@ The rules, in order, each with its reason:
    is (re)written; any other is kept unless --force.
 13. The window of an engine whose page cannot show a long request's progress (TensorRT-LLM's counts
    tokens when a request finishes): its own (Dialect.window, far above vLLM's) where --window does not
-   say, and its readiness drains it once stalled (at the window) where --drain-after does not say: a
-   drain at 30 s would take a healthy engine out of routing 30 s into every long request, and a pool
-   busy with long requests out of routing altogether.
+   say, written into the probe and said. (Readiness keeps --drain-after: an engine of such a page is
+   asked a request through the whole engine before it is drained.)
 """
 
 from __future__ import annotations
@@ -129,9 +128,9 @@ POD_ADDRESSES = ("status.podIP", "status.hostIP")
 
 class Choice:
     """What the options say about the choice: --container, --engine, --port, --host-address, --python,
-    --force; whether a readiness probe is asked (drain), and whether --window and --drain-after were given."""
+    --force; whether a readiness probe is asked (drain), and whether --window was given."""
 
-    __slots__ = ("container", "drain", "drain_given", "engine", "force", "host", "port", "python", "window_given")
+    __slots__ = ("container", "drain", "engine", "force", "host", "port", "python", "window_given")
 
     def __init__(
         self,
@@ -144,7 +143,6 @@ class Choice:
         host: str | None = None,
         python: str | None = None,
         window_given: bool = False,
-        drain_given: bool = False,
     ) -> None:
         self.container = container
         self.engine = engine
@@ -154,7 +152,6 @@ class Choice:
         self.host = host  # --host-address: a literal address, or $(VAR) naming one the probe reads
         self.python = python
         self.window_given = window_given
-        self.drain_given = drain_given
 
 
 class Context:
@@ -183,7 +180,6 @@ class Decision:
     __slots__ = (
         "action",
         "address",
-        "drain_at_window",
         "enable",
         "engine",
         "key",
@@ -216,7 +212,6 @@ class Decision:
         readiness: str = "",
         termination: str = TERMINATION_LOG,
         window: float | None = None,
-        drain_at_window: bool = False,
         notes: tuple[str, ...] = (),
     ) -> None:
         self.action = action
@@ -233,7 +228,6 @@ class Decision:
         self.readiness = readiness  # "" (not asked), "added", "replaced", "ours" or "kept"
         self.termination = termination  # the container's termination message file, for the probe's evidence
         self.window = window  # the engine's own window, where --window does not say (None: the run's)
-        self.drain_at_window = drain_at_window  # readiness drains once stalled, at the liveness window
         self.notes = notes  # what else to say on stderr (an image inject does not know, a key out of reach)
 
     def __repr__(self) -> str:
@@ -711,13 +705,10 @@ def _config(container: Mapping[str, Any], words: list[str], engine: str | None, 
     return f"its {path} (key {key} of ConfigMap {name}) lacks {', and '.join(lacks)}; without {them} {unjudged}"
 
 
-def own_window(engine: str | None, choice: Choice) -> tuple[float | None, bool]:
-    """The engine's own window where --window does not say, and whether its readiness drains at the
-    window (rule 13)."""
+def own_window(engine: str | None, choice: Choice) -> float | None:
+    """The engine's own window where --window does not say (rule 13); None for the run's."""
     own = next((d.window for d in DIALECTS if d.name == engine), None)
-    if own is None:
-        return None, False
-    return (None if choice.window_given else own), not choice.drain_given
+    return None if choice.window_given else own
 
 
 def _termination(container: Mapping[str, Any]) -> str:
@@ -778,7 +769,7 @@ def decide(container: Mapping[str, Any], role: str, choice: Choice, context: Con
     key_words = [word for line in _servers(container, standing_lines, serving) or standing_lines for word in line]
     key, unreachable = _key(key_words, words, env, engine)
     config = _config(container, words, engine, context)
-    window, drain_at_window = own_window(engine, choice)
+    window = own_window(engine, choice)
     liveness, startup, readiness = _guards(container, choice)
     if liveness == "kept":
         return Decision("keep", "not a plain /health check; --force replaces it", engine=engine)
@@ -796,6 +787,5 @@ def decide(container: Mapping[str, Any], role: str, choice: Choice, context: Con
         readiness=readiness,
         termination=_termination(container),
         window=window,
-        drain_at_window=drain_at_window,
         notes=tuple(note for note in (python[1], unreachable, config) if note),
     )
