@@ -248,6 +248,34 @@ def rewind(path: str | Path, seconds: float) -> None:
     save(str(path), Memory(moved or None, dialect=memory.dialect, facts=facts, said=memory.said), boot_id)
 
 
+def configmap_volume(folder: Path, files: Mapping[str, bytes | str]) -> Path:
+    """A ConfigMap's volume at `folder`, laid out as the kubelet lays it out (its AtomicWriter,
+    pkg/volume/util/atomic_writer.go): the files, mode 0444 (the volume's defaultMode as inject writes it),
+    in a folder named by the time, `..data` a link to that folder, and each key a link through `..data`.
+    Called again on the same folder with other files, it updates the volume as the kubelet does: a new
+    folder, `..data` swapped to it in one rename, links added for new keys and removed for keys gone.
+    Returns `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    old = sorted(folder.glob("..2*"))
+    data = folder / f"..2026_01_01_00_00_00.{int(old[-1].name.rpartition('.')[2]) + 1 if old else 0:09d}"
+    data.mkdir()
+    for key, value in files.items():
+        path = data / key
+        path.write_bytes(value if isinstance(value, bytes) else value.encode("utf-8"))
+        path.chmod(0o444)
+    (folder / "..data_tmp").symlink_to(data.name)
+    (folder / "..data_tmp").replace(folder / "..data")
+    for key in files:
+        if not (folder / key).is_symlink():
+            (folder / key).symlink_to(f"..data/{key}")
+    for link in folder.iterdir():
+        if link.is_symlink() and not link.name.startswith("..") and link.name not in files:
+            link.unlink()
+    for stale in old:
+        shutil.rmtree(stale)
+    return folder
+
+
 def sum_families(page: bytes, names: Iterable[str]) -> dict[str, float | None]:
     """Each family summed across its label sets: 0 when it is declared with no samples, None when the page
     does not have it at all (what the probe's reader gives, for tests that state totals)."""

@@ -1,7 +1,10 @@
-"""scripts/build-pyz: the single-file probe, built and then run the way a pod runs it (`python3 -I -S`).
+"""scripts/build-pyz: the single-file probe, built and then run the way a pod runs it (`python3 -I -S`): the
+launcher beside the archive in a ConfigMap's volume (`python3 -I -S /opt/stallprobe/probe ...`, what
+inject writes), and the archive as a zip (runpy and its own __main__).
 
-`-I -S` leaves out site-packages, PYTHONPATH and the working directory, so these runs prove the archive
-carries everything it imports, and that its own __main__ hands the probe's exit code to the process.
+`-I -S` leaves out site-packages, PYTHONPATH and the working directory (and the launcher's own folder), so
+these runs prove the archive carries everything it imports, that the launcher finds it beside itself, and
+that both hand the probe's exit code to the process.
 """
 
 from __future__ import annotations
@@ -17,8 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import rewind, vllm_page
+from conftest import configmap_volume, rewind, vllm_page
 from stallprobe.pyz import BUNDLE_AT, BUNDLE_CODE_AT, HOT, TOOLS, launcher
+from stallprobe.serving import LAUNCHER_KEY, PYZ_KEY
 from stubengine import StubEngine
 from test_cost import OFF_THE_HOT_PATH
 
@@ -61,9 +65,16 @@ def run_pyz(pyz: Path, url: str, state_file: Path, *extra: str) -> tuple[int, st
     return run_as([str(pyz)], url, state_file, *extra)
 
 
+def mounted(pyz: Path, folder: Path, text: str | None = None) -> Path:
+    """The launcher's path in a ConfigMap's volume at `folder` holding the archive and the launcher (or
+    `text` in its place), as inject ships them."""
+    files: dict[str, bytes | str] = {PYZ_KEY: pyz.read_bytes(), LAUNCHER_KEY: launcher() if text is None else text}
+    return configmap_volume(folder, files) / LAUNCHER_KEY
+
+
 def run_launched(pyz: Path, url: str, state_file: Path, *extra: str) -> tuple[int, str]:
-    """The archive run through the launcher inject writes."""
-    return run_as(["-c", launcher(str(pyz))], url, state_file, *extra)
+    """The archive run through the launcher inject writes, from a ConfigMap's volume beside the state file."""
+    return run_as([str(mounted(pyz, state_file.parent / "opt-stallprobe"))], url, state_file, *extra)
 
 
 def foreign_copy(pyz: Path, target: Path) -> Path:
@@ -90,7 +101,12 @@ def build(output: Path, *extra: str) -> Path:
     )
     assert result.returncode == 0, result.stderr
     version = "none" if "--no-bytecode" in extra else f"{sys.version_info[0]}.{sys.version_info[1]}"
-    assert result.stdout == f"{output} {output.stat().st_size} bytes, bytecode for Python {version}\n"
+    said = f"{output} {output.stat().st_size} bytes, bytecode for Python {version}\n"
+    if output.name == PYZ_KEY:  # its launcher beside it, as a ConfigMap mounts the two
+        probe = output.with_name(LAUNCHER_KEY)
+        assert probe.read_text() == launcher()
+        said += f"{probe} {probe.stat().st_size} bytes, its launcher\n"
+    assert result.stdout == said
     return output
 
 
@@ -144,6 +160,22 @@ def test_source_only_build(tmp_path: Path, served: StubEngine) -> None:
     assert (code, line[:10]) == (0, "suspect: 3")
 
 
+def test_the_launcher_beside_the_archive_runs_it_from_any_working_directory(
+    pyz: Path, served: StubEngine, tmp_path: Path
+) -> None:
+    """build-pyz writes the launcher beside the archive: run by its path, absolute or relative to the
+    working directory (-I puts neither folder on sys.path), it finds the archive next to itself."""
+    served.route("/metrics", frozen_busy_page())
+    state = tmp_path / "probe.state"
+    for program, cwd in ((str(pyz.with_name(LAUNCHER_KEY)), tmp_path), (LAUNCHER_KEY, pyz.parent)):
+        done = subprocess.run(
+            [sys.executable, "-I", "-S", program, "--url", served.url, "--state-file", str(state)],
+            capture_output=True, text=True, timeout=60, check=False, cwd=cwd,
+        )  # fmt: skip
+        assert (done.returncode, done.stderr) == (0, ""), done
+        assert done.stdout.startswith(("baseline: 3 running", "suspect: 3 running")), done.stdout
+
+
 @pytest.mark.parametrize("run", [run_pyz, run_launched], ids=["runpy", "launcher"])
 def test_bytecode_of_another_python_falls_back_to_the_source(
     run: Runner, pyz: Path, tmp_path: Path, served: StubEngine
@@ -170,15 +202,16 @@ def test_the_launcher_loads_the_probe_from_the_bundle_alone(
     served.route("/metrics", frozen_busy_page())
     # Every file the run opens, from the audit hook (which sees zipimport's opens too), and who loaded
     # each of the probe's modules: the bundle's loader is a class, zipimport's an instance.
-    hook = "import sys; opened = []; sys.addaudithook(lambda e, a: e == 'open' and opened.append(a[0])); "
-    program = hook + launcher(str(archive)).replace(
-        "import run; run()",
-        "import main; main(); "
+    hook = "import sys; opened = []; sys.addaudithook(lambda e, a: e == 'open' and opened.append(a[0]))\n"
+    program = hook + launcher().replace(
+        "import run\nrun()",
+        "import main\nmain()\n"
         "print(sorted({getattr(m.__loader__, '__name__', type(m.__loader__).__name__) "
         "for n, m in sys.modules.items() if n.startswith('stallprobe')}), opened.count(p))",
     )
+    probe = mounted(archive, tmp_path / "opt-stallprobe", program)
     done = subprocess.run(
-        [sys.executable, "-I", "-S", "-c", program, "--url", served.url, "--state-file", str(tmp_path / "p.state")],
+        [sys.executable, "-I", "-S", str(probe), "--url", served.url, "--state-file", str(tmp_path / "p.state")],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert done.stderr == ""
@@ -210,10 +243,11 @@ def _zip_without_the_probe(path: Path) -> None:
 def test_a_launcher_whose_archive_cannot_run_says_so_in_one_line_and_exits_2(
     case: str, pyz: Path, tmp_path: Path
 ) -> None:
-    archive = tmp_path / "stallprobe.pyz"
+    archive = tmp_path / PYZ_KEY
     BROKEN_ARCHIVES[case](pyz.read_bytes(), archive)
+    (tmp_path / LAUNCHER_KEY).write_text(launcher())
     done = subprocess.run(
-        [sys.executable, "-I", "-S", "-c", launcher(str(archive)), "--url", "http://127.0.0.1:9/metrics",
+        [sys.executable, "-I", "-S", str(tmp_path / LAUNCHER_KEY), "--url", "http://127.0.0.1:9/metrics",
          "--state-file", str(tmp_path / "p.state")],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
@@ -284,11 +318,10 @@ def test_the_archive_is_the_probe_alone_and_its_run_pays_for_nothing_else(pyz: P
     assert not [name for name in names if name.startswith(TOOLS)]
     served.route("/metrics", frozen_busy_page())
     # main() in place of run(), which ends the process at once, with no chance to look.
-    program = launcher(str(pyz)).replace(
-        "import run; run()", "import main; main(); print(sorted(sys.modules), gc.isenabled())"
-    )
+    program = launcher().replace("import run\nrun()", "import main\nmain()\nprint(sorted(sys.modules), gc.isenabled())")
+    probe = mounted(pyz, pyz.parent / "alone", program)
     done = subprocess.run(
-        [sys.executable, "-I", "-S", "-c", program, "--url", served.url, "--state-file",
+        [sys.executable, "-I", "-S", str(probe), "--url", served.url, "--state-file",
          str(pyz.parent / "alone.state")],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
@@ -298,9 +331,10 @@ def test_the_archive_is_the_probe_alone_and_its_run_pays_for_nothing_else(pyz: P
     # What the bundle's loader and the launcher import is what the interpreter had loaded anyway.
     assert not {name for name in OFF_THE_HOT_PATH if f"'{name}'" in modules}
     assert enabled == "False"
+    probe = mounted(pyz, pyz.parent / "tools")
     for tool in ("watch", "inject", "doctor"):
         asked = subprocess.run(
-            [sys.executable, "-I", "-S", "-c", launcher(str(pyz)), tool, "--help"],
+            [sys.executable, "-I", "-S", str(probe), tool, "--help"],
             capture_output=True, text=True, timeout=60, check=False,
         )  # fmt: skip
         said = f"{tool} is not in this single-file build, which carries the probe alone: pip install stallprobe\n"
@@ -313,7 +347,7 @@ def test_the_archive_is_the_probe_alone_and_its_run_pays_for_nothing_else(pyz: P
 def test_the_help_page_comes_from_the_archive_beside_the_bundle(pyz: Path) -> None:
     """The help page is not bundled (no probe run reads it): zipimport finds it in the archive."""
     asked = subprocess.run(
-        [sys.executable, "-I", "-S", "-c", launcher(str(pyz)), "--help"],
+        [sys.executable, "-I", "-S", str(mounted(pyz, pyz.parent / "help")), "--help"],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert (asked.returncode, asked.stderr) == (0, "")

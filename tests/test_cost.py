@@ -36,7 +36,7 @@ OFF_THE_HOT_PATH = {
     "logging",
     "subprocess",
     "threading",
-    "runpy",  # -m and running a zip go through it: ~8 ms; the pod's command uses -c
+    "runpy",  # -m and running a zip go through it (docs/cost.md); the pod's command runs the launcher's file
     "enum",  # Verdict and ExitCode are plain classes: building Enum classes cost ~1-2 ms
     "socket",  # the C _socket is enough; socket turns its constants into enums (7-12 ms with enum)
     "selectors",
@@ -168,7 +168,7 @@ def test_the_bench_runs_on_every_engine_s_page(tmp_path: object) -> None:
     result = json.loads(done.stdout)
     assert sorted(result["pages"]) == sorted(str(page) for page in pages)
     for page in result["pages"].values():
-        probe = {"pod, inject: python -I -S -c '<launcher>'", "pod, inject --ready", "pod, inject, looks stuck"}
+        probe = {"pod, inject: python -I -S /opt/stallprobe/probe", "pod, inject --ready", "pod, inject, looks stuck"}
         assert probe | {"naive: python -c urllib+re"} <= set(page["rows"])
 
 

@@ -24,12 +24,13 @@ from typing import Any
 import pytest
 import yaml
 
-from conftest import REPO, fixture_page, vllm_page
+from conftest import REPO, configmap_volume, fixture_page, vllm_page
 from stallprobe.doctor import DoctorConfig, configure, help_text, main
 from stallprobe.errors import EXIT_TABLE, ExitCode
 from stallprobe.options import DOCTOR
-from stallprobe.pyz import build
-from stallprobe.stanza import PYZ_PATH
+from stallprobe.pyz import build, launcher
+from stallprobe.serving import LAUNCHER_KEY, PYZ_KEY, TERMINATION_LOG
+from stallprobe.stanza import LAUNCHER_PATH, PYZ_DIR
 from stubengine import Route, StubEngine
 
 BUILT = REPO / "tests" / "fixtures" / "built"
@@ -40,7 +41,9 @@ SGLANG_LOADS = json.dumps(
     {"loads": [{"dp_rank": 0, "num_running_reqs": 162, "num_waiting_reqs": 2826, "queues": {"waiting": 2826}}]}
 ).encode()
 LLAMACPP_HEALTH = b'{"status":"ok"}'
-LAUNCHED = ["python3", "-I", "-S", "-c"]  # the pod's command before its program: the archive's launcher
+LAUNCHED = ["python3", "-I", "-S", LAUNCHER_PATH]  # the pod's command before its flags: the launcher's file
+# The flags only the liveness probe carries, last: the termination message file, the kill switch's file.
+LIVENESS_ONLY = ["--termination-log", TERMINATION_LOG, "--report-only-file", "/opt/stallprobe/report-only"]
 
 
 @pytest.fixture
@@ -63,10 +66,10 @@ def serve() -> Iterator[Callable[..., StubEngine]]:
 
 @pytest.fixture(scope="module")
 def archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The single-file build, as inject ships it in its ConfigMap and the printed probes run it."""
-    path = tmp_path_factory.mktemp("opt") / "stallprobe.pyz"
-    path.write_bytes(build(None))
-    return path
+    """The ConfigMap inject ships (the single-file build and its launcher) where its volume mounts them:
+    the printed probes run the launcher, which runs the archive beside it."""
+    files: dict[str, bytes | str] = {PYZ_KEY: build(None), LAUNCHER_KEY: launcher()}
+    return configmap_volume(tmp_path_factory.mktemp("opt") / "stallprobe", files)
 
 
 def moving(page: bytes, family: str, step: float) -> Callable[[], bytes]:
@@ -141,9 +144,11 @@ class Run:
         return parsed
 
     def command(self) -> list[str]:
-        """The exec command of the liveness probe it printed."""
+        """The exec command of the liveness probe it printed, but for the flags only liveness carries (where
+        a failing run leaves its evidence, the kill switch's file: checked here), as inject writes them."""
         command: list[str] = self.probes()["livenessProbe"]["exec"]["command"]
-        return command
+        assert command[-4:] == LIVENESS_ONLY
+        return command[:-4]
 
 
 def doctor(
@@ -163,9 +168,12 @@ def run_printed(
     command: list[str], archive: Path, tmp_path: Path, env: dict[str, str] | None = None
 ) -> tuple[int, str]:
     """The printed command, word for word, as the kubelet runs it in the engine's container: `python3`
-    is this interpreter, and the archive inject ships is at the path the ConfigMap is mounted at."""
+    is this interpreter, and the ConfigMap inject ships is mounted where the command names it."""
     assert command[:4] == LAUNCHED
-    words = [sys.executable if word == "python3" else word.replace(PYZ_PATH, str(archive)) for word in command]
+    termination = tmp_path / "dev-termination-log"  # the kubelet makes it, empty, for the container
+    termination.touch()
+    local = {"python3": sys.executable, TERMINATION_LOG: str(termination)}
+    words = [local.get(word, word.replace(PYZ_DIR, str(archive))) for word in command]
     result = subprocess.run(
         words,
         capture_output=True,
@@ -210,7 +218,7 @@ def test_a_busy_vllm_that_moves_is_fit_and_its_printed_probe_runs(
     assert run["readiness"].startswith("ready: progressing: 4 running")
     assert run["in short"] == "the probe can read and judge this engine: use the probes above"
     command = run.command()
-    assert command[5:] == [
+    assert command[4:] == [
         "--url",
         stub.url,
         "--window",
@@ -410,7 +418,7 @@ def test_a_busy_engine_frozen_past_the_window_is_stalled_now(serve: Callable[...
         "stalled now: busy with no progress for 1.0 s (window 0.5 s), so the probe fails it now; the kubelet "
         "restarts it about 20.5 s after its last progress (window 0.5 s + period 10 s x (failureThreshold 3 - 1))"
     )
-    assert run.command()[7:9] == ["--window", "0.5"]
+    assert run.command()[6:8] == ["--window", "0.5"]
     assert run.err == (  # its readiness is judged with the default drain window, which the window undercuts
         "stallprobe doctor: --drain-after 30 s is not shorter than --window 0.5 s: a wedged engine keeps its "
         "traffic until it is stalled, so the load balancer no longer drains it before the restart\n"
@@ -491,7 +499,7 @@ def test_lmdeploy_at_work_is_told_what_moves_when_and_what_its_own_health_catche
     assert "generate" not in run.topics
     assert "config" not in run.topics
     assert "drain" not in run.topics
-    assert run.command()[5:] == ["--url", stub.url, "--window", "120", "--timeout", "2", "--engine", "lmdeploy"]
+    assert run.command()[4:] == ["--url", stub.url, "--window", "120", "--timeout", "2", "--engine", "lmdeploy"]
 
 
 def test_lmdeploy_asleep_says_so_and_is_never_failed(serve: Callable[..., StubEngine]) -> None:
@@ -568,7 +576,7 @@ def test_trtllm_during_a_long_generation_is_judged_with_its_own_window_and_told_
         in run["in short"]
     )
     command = run.command()
-    assert command[5:] == ["--url", url, "--window", "1800", "--timeout", "2", "--engine", "trtllm"]
+    assert command[4:] == ["--url", url, "--window", "1800", "--timeout", "2", "--engine", "trtllm"]
     # 2 s for the scrape, 5 s for /health_generate (api.CONFIRM_TIMEOUT), 2 s to start
     assert run.probes()["livenessProbe"]["timeoutSeconds"] == 9
     assert run["inject"] == "stallprobe inject -f your-deployment.yaml --window 1800 --timeout 2 | kubectl apply -f -"
@@ -578,7 +586,7 @@ def test_trtllm_with_a_window_given_is_judged_with_it(trtllm: StubEngine) -> Non
     run = doctor(f"{trtllm.base}/prometheus/metrics", "--window", "600", seconds="1")
     assert run["verdicts"] == "baseline, then suspect (window 600 s)"
     assert "So its window is its own, 1800 s, where --window does not say" in run["moves when"]
-    assert run.command()[7:9] == ["--window", "600"]
+    assert run.command()[6:8] == ["--window", "600"]
     assert run["inject"].endswith("--window 600 --timeout 2 | kubectl apply -f -")
     assert "drain" in run.topics
     patient = doctor(f"{trtllm.base}/prometheus/metrics", "--window", "600", "--drain-after", "600", seconds="1")
@@ -1184,7 +1192,7 @@ def test_the_probes_environment_is_read_and_carried_into_the_command(serve: Call
     run = doctor(stub.url, env={"STALLPROBE_WINDOW": "60", "STALLPROBE_SATURATION": "4"}, seconds="0.2")
     assert run["verdicts"] == "baseline, then idle (window 60 s)"
     flags = ["--window", "60", "--timeout", "2", "--engine", "llamacpp", "--saturation", "4"]
-    assert run.command()[5:] == ["--url", stub.url, *flags]
+    assert run.command()[4:] == ["--url", stub.url, *flags]
     assert "--saturation 4 --window 60 --timeout 2 |" in run["inject"]
 
 

@@ -22,14 +22,16 @@ from unittest import mock
 import pytest
 import yaml
 
-from conftest import REPO, clean_env, rewind, validate
+from conftest import REPO, clean_env, configmap_volume, rewind, validate
 from stallprobe.errors import ExitCode
-from stallprobe.inject import PYZ_PATH, Choice, InjectConfig, decide, engine_of, inject, read_documents
+from stallprobe.inject import LAUNCHER_PATH, Choice, InjectConfig, decide, engine_of, inject, read_documents
 from stallprobe.inject.core import TEMPLATE_PATHS
 from stallprobe.inject.manifests import MAX_BYTES, MAX_DEPTH, MAX_NODES, NO_RUAMEL
 from stallprobe.inject.shell import k8s_expand
 from stallprobe.pyz import launcher
+from stallprobe.serving import TERMINATION_LOG
 from stallprobe.settings import parse
+from stallprobe.stanza import PYZ_DIR
 from stubengine import StubEngine
 
 
@@ -109,6 +111,11 @@ def pod_specs(doc: dict[str, Any]) -> Iterator[dict[str, Any]]:
 KINDS = ["Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob", "Pod", "LeaderWorkerSet"]
 
 
+# The flags only the liveness probe carries: where a failing run leaves its evidence (the container's
+# termination message file, Kubernetes' default here), and the kill switch's file.
+LIVENESS_ONLY = ["--termination-log", "/dev/termination-log", "--report-only-file", "/opt/stallprobe/report-only"]
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_every_workload_kind_gets_the_probe_and_stays_valid(kind: str) -> None:
     docs = [workload(kind, pod_spec(container(args=["--port", "8000"])))]
@@ -124,17 +131,20 @@ def test_every_workload_kind_gets_the_probe_and_stays_valid(kind: str) -> None:
     for spec in specs:
         assert spec["containers"][0]["startupProbe"]["httpGet"] == {"path": "/health", "port": 8000}
         probe = spec["containers"][0]["livenessProbe"]
-        assert probe["exec"]["command"][:7] == [
+        # What runs: the launcher the ConfigMap mounts beside the archive, not a program on the command line.
+        assert probe["exec"]["command"][:6] == [
             "python3",
             "-I",
             "-S",
-            "-c",
-            launcher(PYZ_PATH),
+            "/opt/stallprobe/probe",
             "--url",
             "http://127.0.0.1:8000/metrics",
         ]
+        # Liveness alone leaves evidence for the kubelet and reads the kill switch.
+        live, liveness_only = probe["exec"]["command"][:-4], probe["exec"]["command"][-4:]
+        assert liveness_only == LIVENESS_ONLY
         ready = spec["containers"][0]["readinessProbe"]  # by default: drained after --drain-after 30
-        assert ready["exec"]["command"] == [*probe["exec"]["command"], "--ready", "--drain-after", "30"]
+        assert ready["exec"]["command"] == [*live, "--ready", "--drain-after", "30"]
         # The build's ConfigMap is named by its content: a new build rolls the workload.
         name = build_name(b"PK")
         assert {"name": "stallprobe", "configMap": {"name": name, "defaultMode": 0o444}} in spec["volumes"]
@@ -319,14 +329,14 @@ def test_the_operators_own_liveness_probe_wins_unless_forced() -> None:
     assert out == [doc]  # nothing injected, so no ConfigMap either
     assert "kept its own liveness probe" in log[0]
     forced, _, _ = inject([copy.deepcopy(doc)], InjectConfig(force=True), b"")
-    assert PYZ_PATH in probe_of(forced[0])["exec"]["command"][4]
+    assert probe_of(forced[0])["exec"]["command"][3] == LAUNCHER_PATH
 
 
 def test_read_only_root_gets_an_emptydir_for_the_state() -> None:
     entry = container(securityContext={"readOnlyRootFilesystem": True})
     out, _, _ = inject([workload("StatefulSet", pod_spec(entry))], InjectConfig(), b"")
     spec = out[0]["spec"]["template"]["spec"]
-    assert probe_of(out[0])["exec"]["command"][-2:] == ["--state-file", "/run/stallprobe/probe.state"]
+    assert probe_of(out[0])["exec"]["command"][-6:-4] == ["--state-file", "/run/stallprobe/probe.state"]
     assert {"name": "stallprobe-state", "emptyDir": {"sizeLimit": "1Mi"}} in spec["volumes"]
     assert {"name": "stallprobe-state", "mountPath": "/run/stallprobe"} in spec["containers"][0]["volumeMounts"]
     validate(out[0])
@@ -340,7 +350,7 @@ def test_timing_flags_reach_the_probe_and_the_report() -> None:
     )
     out, log, _ = inject([workload("Deployment", pod_spec(entry))], config, b"")
     probe = probe_of(out[0])
-    assert probe["exec"]["command"][7:] == ["--window", "300", "--timeout", "4.5", "--engine", "sglang"]
+    assert probe["exec"]["command"][6:-4] == ["--window", "300", "--timeout", "4.5", "--engine", "sglang"]
     assert (probe["periodSeconds"], probe["timeoutSeconds"], probe["failureThreshold"]) == (15, 8, 5)
     assert (
         "restarted about 360 s after its last progress (window 300 s + period 15 s x (failureThreshold 5 - 1))"
@@ -478,8 +488,14 @@ spec:
 """
 
 
+def build_name(build: bytes) -> str:
+    """The ConfigMap name a build gets: `stallprobe-` and 10 hex digits of the sha256 of what it ships, the
+    archive and then its launcher."""
+    return "stallprobe-" + hashlib.sha256(build + launcher().encode()).hexdigest()[:10]
+
+
 # The ConfigMap of an empty build (--pyz /dev/null): named by its content, as every build's is.
-EMPTY = "stallprobe-e3b0c44298"
+EMPTY = build_name(b"")
 
 
 def test_a_changed_document_keeps_every_line_inject_does_not_change() -> None:
@@ -586,13 +602,7 @@ def test_the_injected_command_as_the_kubelet_runs_it(stub: StubEngine, tmp_path:
     assert result.returncode == 0, result.stderr
     deployment, configmap = json.loads(result.stdout)["items"]
     probe = probe_of(deployment)
-    # The ConfigMap's file, where the volume would mount it.
-    pyz = tmp_path / "opt" / "stallprobe.pyz"
-    pyz.parent.mkdir()
-    pyz.write_bytes(base64.b64decode(configmap["binaryData"]["stallprobe.pyz"]))
-    command = [
-        sys.executable if word == "python3" else word.replace(PYZ_PATH, str(pyz)) for word in probe["exec"]["command"]
-    ]
+    command = as_the_kubelet_runs(probe, configmap, tmp_path)
     env = clean_env(TMPDIR=str(tmp_path))
 
     def kubelet() -> tuple[int, str]:
@@ -617,16 +627,24 @@ def test_the_injected_command_as_the_kubelet_runs_it(stub: StubEngine, tmp_path:
 def as_the_kubelet_runs(
     probe: dict[str, Any], configmap: dict[str, Any], tmp_path: Path, env: list[dict[str, Any]] | None = None
 ) -> list[str]:
-    """An exec probe's command as it runs in the pod: the build where the volume mounts it, this
-    interpreter for the image's, and `$(VAR)` expanded as the kubelet expands it in a probe's command
+    """An exec probe's command as it runs in the pod: the ConfigMap's files where its volume mounts them
+    (an update of the ConfigMap updates them in place, as the kubelet does), this interpreter for the
+    image's, and `$(VAR)` expanded as the kubelet expands it in a probe's command
     (kubecontainer.ExpandContainerCommandOnlyStatic: the container's `env` by name, a valueFrom one to
     nothing; `$$` to `$`)."""
-    pyz = tmp_path / "opt" / "stallprobe.pyz"
-    pyz.parent.mkdir(exist_ok=True)
-    pyz.write_bytes(base64.b64decode(configmap["binaryData"]["stallprobe.pyz"]))
+    files: dict[str, bytes | str] = dict(configmap.get("data") or {})
+    files.update({key: base64.b64decode(value) for key, value in configmap["binaryData"].items()})
+    mount = configmap_volume(tmp_path / "opt" / "stallprobe", files)
+    # The default termination message file, which the kubelet makes empty and mounts at /dev/termination-log.
+    termination = tmp_path / "dev-termination-log"
+    termination.touch()
     static = {str(var["name"]): str(var.get("value", "")) for var in env or []}
     return [
-        sys.executable if word == "python3" else k8s_expand(word.replace(PYZ_PATH, str(pyz)), static)
+        sys.executable
+        if word == "python3"
+        else str(termination)
+        if word == TERMINATION_LOG
+        else k8s_expand(word.replace(PYZ_DIR, str(mount)), static)
         for word in probe["exec"]["command"]
     ]
 
@@ -637,6 +655,81 @@ def injected(engine: dict[str, Any], *flags: str) -> tuple[dict[str, Any], dict[
     assert result.returncode == 0, result.stderr
     deployment, configmap = json.loads(result.stdout)["items"]
     return deployment["spec"]["template"]["spec"]["containers"][0], configmap, result.stderr
+
+
+def test_the_kill_switch_turns_liveness_report_only_between_two_runs_and_readiness_never(
+    stub: StubEngine, tmp_path: Path
+) -> None:
+    """The kill switch, as an operator throws it: `kubectl patch configmap NAME --type merge -p
+    '{"data":{"report-only":"true"}}'`. The kubelet updates the mounted ConfigMap in place (no rollout,
+    no model reloaded), and the next liveness run of the same stalled engine is report-only: exit 0,
+    saying so, where the run before failed it. The readiness probe reads no switch: it still drains the
+    stalled engine. Removing the key lets liveness act again."""
+    fields, configmap, _ = injected(container(args=["--port", str(stub.port)]), "--drain-after", "1")
+    liveness = as_the_kubelet_runs(fields["livenessProbe"], configmap, tmp_path)
+    readiness = as_the_kubelet_runs(fields["readinessProbe"], configmap, tmp_path)
+    switch = str(tmp_path / "opt" / "stallprobe" / "report-only")
+    assert liveness[liveness.index("--report-only-file") + 1] == switch
+    assert "--report-only-file" not in readiness
+    assert "--termination-log" not in readiness
+    log = tmp_path / "container.log"  # a stand-in for PID 1's stdout, where the transition lines go
+    log.touch()
+    env = clean_env(TMPDIR=str(tmp_path), STALLPROBE_TRANSITION_LOG=str(log))
+
+    def kubelet(command: list[str]) -> tuple[int, str]:
+        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=10, check=False)
+        return done.returncode, done.stdout
+
+    def patch(data: dict[str, str]) -> None:
+        """The ConfigMap as kubectl patch leaves it, and its volume as the kubelet then updates it."""
+        configmap["data"] = data
+        as_the_kubelet_runs(fields["livenessProbe"], configmap, tmp_path)
+
+    stub.set(4, 100, 50)
+    assert kubelet(liveness)[0] == 0  # baseline
+    [state] = tmp_path.glob("stallprobe-*.state")
+    rewind(state, 1.5)  # busy, and no counter moved for longer than the window (1 s)
+    code, line = kubelet(liveness)
+    assert (code, line[:8]) == (1, "stalled:")
+    patch({**configmap["data"], "report-only": "true"})
+    assert Path(switch).read_text() == "true"
+    code, line = kubelet(liveness)
+    assert code == 0, line
+    assert line.startswith("stalled:")
+    assert line.rstrip().endswith("report-only: exit 0, not 1")
+    code, line = kubelet(readiness)  # readiness keeps draining the stalled engine
+    assert (code, line[:10]) == (1, "not ready:")
+    patch({key: value for key, value in configmap["data"].items() if key != "report-only"})
+    assert not Path(switch).exists()
+    assert kubelet(liveness)[0] == 1
+    assert "stallprobe: liveness: stalled:" in log.read_text()
+
+
+def test_a_failing_liveness_run_leaves_its_evidence_where_the_container_says(stub: StubEngine, tmp_path: Path) -> None:
+    """The probe writes its evidence into the container's own terminationMessagePath (which inject never
+    changes), there being where the kubelet reads the message when the container ends, a liveness kill
+    included. A path with a `$` in it reaches the probe as written: the kubelet expands `$(VAR)` in a
+    probe's command, so inject writes each `$` as `$$`."""
+    path = tmp_path / "termination-$(HOME).log"
+    path.touch()  # the kubelet makes it and mounts it there
+    engine = container(args=["--port", str(stub.port)], terminationMessagePath=str(path))
+    fields, configmap, _ = injected(engine)
+    assert fields["terminationMessagePath"] == str(path)
+    written = fields["livenessProbe"]["exec"]["command"]
+    assert written[written.index("--termination-log") + 1] == str(path).replace("$", "$$")
+    home = [{"name": "HOME", "value": "/root"}]  # a variable the kubelet would expand, were it not escaped
+    command = as_the_kubelet_runs(fields["livenessProbe"], configmap, tmp_path, home)
+    assert command[command.index("--termination-log") + 1] == str(path)
+    env = clean_env(TMPDIR=str(tmp_path), STALLPROBE_TRANSITION_LOG="none")
+    stub.set(4, 100, 50)
+    assert subprocess.run(command, env=env, capture_output=True, timeout=10, check=False).returncode == 0
+    [state] = tmp_path.glob("stallprobe-*.state")
+    rewind(state, 1.5)
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=10, check=False)
+    assert done.returncode == 1, done
+    message = path.read_text()
+    assert done.stdout.strip() in message  # the line the kubelet's event shows, kept past the event
+    assert not (tmp_path / "dev-termination-log").read_text()  # nothing at the default path
 
 
 @pytest.mark.parametrize(
@@ -747,11 +840,6 @@ def test_the_docs_give_the_input_limits_the_code_has() -> None:
 # --- the build's ConfigMap, named by its content
 
 
-def build_name(build: bytes) -> str:
-    """The ConfigMap name a build gets: `stallprobe-` and 10 hex digits of its sha256."""
-    return "stallprobe-" + hashlib.sha256(build).hexdigest()[:10]
-
-
 def names_of(docs: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
     """(the ConfigMaps the build's volumes name, the ConfigMaps' names), in document order."""
     volumes = [
@@ -763,6 +851,92 @@ def names_of(docs: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
     ]
     maps = [doc["metadata"]["name"] for doc in docs if doc["kind"] == "ConfigMap"]
     return volumes, maps
+
+
+def test_the_configmap_ships_the_launcher_as_text_and_is_named_by_both_files(tmp_path: Path) -> None:
+    """The ConfigMap holds the launcher as text (what the pod's command runs, for anyone reading it) beside
+    the archive; its name is the sha256 of the two files, as docs/kubernetes.md says a pod can check it
+    (`cat stallprobe.pyz probe | sha256sum`, in the folder the volume mounts)."""
+    out, _, _ = inject([workload("Deployment", pod_spec(container()))], InjectConfig(), b"PK-build")
+    configmap = out[-1]
+    assert configmap["data"] == {"probe": launcher()}
+    assert list(configmap) == ["apiVersion", "kind", "metadata", "data", "binaryData"]  # the text before the blob
+    files = {
+        "probe": configmap["data"]["probe"],
+        "stallprobe.pyz": base64.b64decode(configmap["binaryData"]["stallprobe.pyz"]),
+    }
+    mount = configmap_volume(tmp_path / "opt" / "stallprobe", files)
+    digest = hashlib.sha256((mount / "stallprobe.pyz").read_bytes() + (mount / "probe").read_bytes()).hexdigest()
+    assert configmap["metadata"]["name"] == f"stallprobe-{digest[:10]}"
+    assert "`cat stallprobe.pyz probe | sha256sum`" in (REPO / "docs" / "kubernetes.md").read_text()
+
+
+def test_an_earlier_releases_c_program_and_its_configmap_are_replaced() -> None:
+    """What an earlier release wrote (`python3 -I -S -c "<a launcher naming the archive>"`, and a ConfigMap
+    holding the archive alone) is ours: a run rewrites both probes to run the launcher, and its build's
+    ConfigMap, which nothing mounts any more, becomes the new one (launcher and archive) in its place."""
+    earlier = (REPO / "tests" / "fixtures" / "inject-golden" / "inputs" / "earlier-release.injected.yaml").read_text()
+    old = next(yaml.safe_load_all(earlier))["spec"]["template"]["spec"]["volumes"][0]["configMap"]["name"]
+    built = f"kind: ConfigMap\napiVersion: v1\nmetadata: {{name: {old}, namespace: inference}}\n"
+    done = run_inject(f"{earlier}---\n{built}binaryData: {{stallprobe.pyz: UEs=}}\n", "--pyz", os.devnull)
+    assert done.returncode == 0, done.stderr
+    deployment, _, configmap = yaml.safe_load_all(done.stdout)  # the Service between them
+    for probe in ("livenessProbe", "readinessProbe"):
+        command = deployment["spec"]["template"]["spec"]["containers"][0][probe]["exec"]["command"]
+        assert command[:4] == ["python3", "-I", "-S", LAUNCHER_PATH]
+        assert "-c" not in command
+    assert (configmap["metadata"]["name"], configmap["data"]) == (EMPTY, {"probe": launcher()})
+    assert f"configmap/{old} in namespace inference: replaced by configmap/{EMPTY}" in done.stderr
+    assert "replaced the liveness probe" in done.stderr
+
+
+def test_a_rerun_keeps_the_kill_switch_an_operator_turned_on_and_says_so() -> None:
+    """An operator turned the kill switch on in place; the manifests fetched back (or kept with the key)
+    are injected again: the key stays in the ConfigMap, whether the build is the same or a new one (its
+    probes move to a new ConfigMap, which takes the key), and stderr says so and how to take it away. A
+    switch said off is kept too, and said off."""
+    first = run_inject(json.dumps(workload("Deployment", pod_spec(container()))), "--pyz", os.devnull)
+    assert first.returncode == 0, first.stderr
+    deployment, configmap = json.loads(first.stdout)["items"]
+    configmap["data"]["report-only"] = "true"  # kubectl patch ... -p '{"data":{"report-only":"true"}}'
+    again = run_inject(json.dumps([deployment, configmap]), "--pyz", os.devnull)
+    assert again.returncode == 0, again.stderr
+    kept = json.loads(again.stdout)["items"][-1]
+    assert kept == configmap
+    said = again.stderr.splitlines()[-1]
+    assert said == (
+        f"stallprobe inject: configmap/{EMPTY} in namespace inference: kept its report-only key ('true': on): "
+        "every liveness probe that mounts it stays report-only and restarts nothing (the kill switch an "
+        "operator turned on); to let them act again: kubectl patch configmap "
+        f'{EMPTY} -n inference --type json -p \'[{{"op": "remove", "path": "/data/report-only"}}]\''
+    )
+    build = REPO / "tests" / "fixtures" / "inject-golden" / "fixed.pyz"
+    newer = run_inject(json.dumps([deployment, configmap]), "--pyz", str(build))
+    assert newer.returncode == 0, newer.stderr
+    items = json.loads(newer.stdout)["items"]
+    assert [item["kind"] for item in items] == ["Deployment", "ConfigMap"]  # the old one replaced in place
+    assert items[-1]["metadata"]["name"] != EMPTY
+    assert items[-1]["data"]["report-only"] == "true"
+    assert f"kept the report-only key of configmap/{EMPTY} ('true': on)" in newer.stderr
+    configmap["data"]["report-only"] = "false"
+    off = run_inject(json.dumps([deployment, configmap]), "--pyz", os.devnull)
+    assert json.loads(off.stdout)["items"][-1]["data"]["report-only"] == "false"
+    assert off.stderr.splitlines()[-1].endswith("kept its report-only key ('false': off, the liveness probes act)")
+
+
+def test_the_configmap_is_mounted_whole_so_the_switch_reaches_running_pods() -> None:
+    """A ConfigMap volume updates its files in place, but only when mounted whole: a subPath mount never
+    updates, and a volume listing its `items` never shows a key added later (the kill switch). A volume or
+    mount of the build that says either is written whole again."""
+    entry = container(volumeMounts=[{"name": "stallprobe", "mountPath": "/opt/stallprobe/probe", "subPath": "probe"}])
+    spec = pod_spec(entry)
+    spec["volumes"] = [{"name": "stallprobe", "configMap": {"name": "x", "items": [{"key": "probe", "path": "probe"}]}}]
+    out, _, _ = inject([workload("Deployment", spec)], InjectConfig(), b"PK")
+    spec = out[0]["spec"]["template"]["spec"]
+    assert spec["containers"][0]["volumeMounts"] == [
+        {"name": "stallprobe", "mountPath": "/opt/stallprobe", "readOnly": True}
+    ]
+    assert spec["volumes"] == [{"name": "stallprobe", "configMap": {"name": build_name(b"PK"), "defaultMode": 0o444}}]
 
 
 def test_a_new_build_is_a_new_configmap_and_rolls_the_workload() -> None:
@@ -987,8 +1161,8 @@ def test_report_only_writes_the_probes_flag_into_liveness_alone() -> None:
     out, log, _ = inject([workload("Deployment", copy.deepcopy(spec))], config, b"")
     c = out[0]["spec"]["template"]["spec"]["containers"][0]
     live, ready = c["livenessProbe"]["exec"]["command"], c["readinessProbe"]["exec"]["command"]
-    assert live[-3:] == ["--engine", "vllm", "--report-only"]
-    assert ready == [*live[:-1], "--ready", "--drain-after", "20"]
+    assert live[-7:] == ["--engine", "vllm", *LIVENESS_ONLY, "--report-only"]
+    assert ready == [*live[:-5], "--ready", "--drain-after", "20"]
     assert log[0].startswith(
         "deployment/llm-deployment container vllm: added the liveness probe, report-only (vllm, port 8000 from "
         "assumed: vllm's default, as its command sets no port): it says a wedged engine is stalled about 120 s "

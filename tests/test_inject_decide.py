@@ -25,7 +25,10 @@ from stallprobe.serving import LOOPBACK, SERVING, Address, VllmServing, python_i
 
 WILD = Address("127.0.0.1", "")  # a wildcard: dialled at loopback, reached by the kubelet at the pod's IP
 HEALTH = {"httpGet": {"path": "/health", "port": 8000}}
-OURS = {"exec": {"command": ["python3", "-c", "/opt/stallprobe/stallprobe.pyz"]}}
+# What inject writes (the launcher's file), and what an earlier release wrote (a `-c` program naming the
+# archive): both are ours, to rewrite.
+OURS = {"exec": {"command": ["python3", "-I", "-S", "/opt/stallprobe/probe", "--url", "http://127.0.0.1:8000/metrics"]}}
+OURS_BEFORE = {"exec": {"command": ["python3", "-c", 'p = "/opt/stallprobe/stallprobe.pyz"; run()']}}
 CUSTOM = {"exec": {"command": ["/bin/check"]}}
 
 
@@ -480,6 +483,14 @@ SCENARIOS: list[tuple[str, dict[str, Any], str, dict[str, Any], dict[str, Any]]]
         {"action": "keep", "why": "not a plain /health check; --force replaces it"},
     ),
     ("ours", c(livenessProbe=OURS, startupProbe=HEALTH), "pod", {}, {"liveness": "ours", "startup": False}),
+    ("ours, an earlier release's -c program", c(livenessProbe=OURS_BEFORE), "pod", {}, {"liveness": "ours"}),
+    (
+        "a file beside ours is not ours",
+        c(livenessProbe={"exec": {"command": ["python3", "/opt/stallprobe/probe.d/check"]}}),
+        "pod",
+        {},
+        {"action": "keep", "why": "not a plain /health check; --force replaces it"},
+    ),
     (
         "custom kept",
         c(livenessProbe=CUSTOM),
@@ -495,10 +506,29 @@ SCENARIOS: list[tuple[str, dict[str, Any], str, dict[str, Any], dict[str, Any]]]
         {},
         {"startup": False},
     ),
+    # Where a failing liveness run leaves its evidence: the file the kubelet reads the container's
+    # termination message from.
+    ("termination: Kubernetes' default", c(), "pod", {}, {"termination": "/dev/termination-log"}),
+    (
+        "termination: the container's own path",
+        c(terminationMessagePath="/var/log/why"),
+        "pod",
+        {},
+        {"termination": "/var/log/why"},
+    ),
+    (
+        "termination: an empty path is the default",
+        c(terminationMessagePath=""),
+        "pod",
+        {},
+        {"termination": "/dev/termination-log"},
+    ),
+    ("termination: not a path", c(terminationMessagePath=5), "pod", {}, {"termination": "/dev/termination-log"}),
     ("readiness added", c(), "pod", {"drain": True}, {"readiness": "added"}),
     ("readiness not asked", c(), "pod", {}, {"readiness": ""}),
     ("readiness plain replaced", c(readinessProbe=HEALTH), "pod", {"drain": True}, {"readiness": "replaced"}),
     ("readiness ours", c(readinessProbe=OURS), "pod", {"drain": True}, {"readiness": "ours"}),
+    ("readiness ours, earlier", c(readinessProbe=OURS_BEFORE), "pod", {"drain": True}, {"readiness": "ours"}),
     ("readiness custom kept", c(readinessProbe=CUSTOM), "pod", {"drain": True}, {"readiness": "kept"}),
     (
         "readiness custom forced",
@@ -1853,7 +1883,9 @@ def test_engines_are_named_by_image_or_command() -> None:
     assert engine_of(c(image="me/x:1", command=["llama-server"])) == "llamacpp"
     assert engine_of(c(image=SG)) == "sglang"
     assert engine_of(c(image="nginx")) is None
-    assert set(SERVING) == {"vllm", "sglang", "llamacpp"}
+    assert engine_of(c(image="openmmlab/lmdeploy:latest-cu12")) == "lmdeploy"
+    assert engine_of(c(image="nvcr.io/nvidia/tensorrt-llm/release:1.2.0")) == "trtllm"
+    assert set(SERVING) == {d.name for d in DIALECTS}  # how each engine's server is started, for each one read
 
 
 def test_the_shell_splits_as_a_shell_does() -> None:
@@ -1946,9 +1978,10 @@ def test_has_flag() -> None:
 
 def test_a_decision_shows_every_field() -> None:
     assert repr(Decision("skip", "why")) == (
-        "Decision({'action': 'skip', 'address': None, 'enable': ('', ''), 'engine': None, 'key': (), "
+        "Decision({'action': 'skip', 'address': None, 'enable': ('', ''), 'engine': None, "
+        "'key': (), "
         "'liveness': '', 'notes': (), 'port': 0, 'port_from': '', 'python': '', 'readiness': '', "
-        "'startup': False, 'why': 'why'})"
+        "'startup': False, 'termination': '/dev/termination-log', 'why': 'why', 'window': None})"
     )
 
 
@@ -1967,3 +2000,365 @@ def test_the_family_a_metrics_off_flag_silences_is_the_names_prefix(monkeypatch:
     assert decision.why == (
         "metrics are off (--disable-log-stats): vllm publishes no myengine: family, so a probe could only fail"
     )
+
+
+# --- LMDeploy and TensorRT-LLM: their servers, as serving.py says each is started
+
+LM = "openmmlab/lmdeploy:v0.11.0-cu12"
+TRT = "nvcr.io/nvidia/tensorrt-llm/release:1.2.0"
+
+
+def lm(*args: str, **fields: Any) -> dict[str, Any]:
+    """LMDeploy's api_server, run as its images are: the command says `lmdeploy serve api_server`."""
+    return c(image=LM, command=["lmdeploy", "serve", "api_server", "internlm/internlm2-chat-7b", *args], **fields)
+
+
+def trt(*args: str, **fields: Any) -> dict[str, Any]:
+    """trtllm-serve with a config inject can read (ConfigMap trt, key config.yaml, mounted at /etc/trt)."""
+    args = args or ("--config", "/etc/trt/config.yaml")
+    mounts = fields.pop("volumeMounts", [{"name": "cfg", "mountPath": "/etc/trt"}])
+    return c(image=TRT, command=["trtllm-serve", "serve", "m", *args], volumeMounts=mounts, **fields)
+
+
+ALL_ON = "return_perf_metrics: true\nenable_iter_perf_stats: true\n"
+# The volume holding the config, and the ConfigMap it comes from: what the input shows around the pod.
+CFG_VOLUME = {"name": "cfg", "configMap": {"name": "trt"}}
+SEEN: dict[str, Any] = {"configmaps": {"trt": {"config.yaml": ALL_ON}}, "volumes": [CFG_VOLUME]}
+PAGE = "return_perf_metrics: true, which serves its Prometheus page at all"
+ITER = (
+    "enable_iter_perf_stats: true, which adds the running gauge (without it the page cannot be judged) and the "
+    "KV-block counter that moves while it decodes"
+)
+UNJUDGED = "every run falls back to its health route ('unjudged')"
+
+ENGINE_ROWS: list[tuple[str, dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any]]] = [
+    (
+        "lmdeploy: its default port and address",
+        lm(),
+        {},
+        {},
+        {
+            "action": "probe",
+            "engine": "lmdeploy",
+            "port": 23333,
+            "port_from": "assumed: lmdeploy's default, as its command sets no port",
+            "address": WILD,  # --server-name 0.0.0.0 by default
+            "python": "python3",  # its image's venv, first on PATH
+            "key": (),
+            "notes": (),
+            "window": None,
+        },
+    ),
+    ("lmdeploy: --server-port", lm("--server-port", "9000"), {}, {}, {"port": 9000}),
+    ("lmdeploy: --server-name loopback", lm("--server-name", "127.0.0.1"), {}, {}, {"address": LOOPBACK}),
+    ("lmdeploy: --port is not its flag", lm("--port", "9000"), {}, {}, {"port": 23333}),
+    (
+        "lmdeploy: metrics off",
+        lm("--disable-metrics"),
+        {},
+        {},
+        {
+            "action": "skip",
+            "why": "metrics are off (--disable-metrics): lmdeploy publishes no lmdeploy: family, so a probe could "
+            "only fail",
+        },
+    ),
+    ("lmdeploy: --enable-metrics, as older releases want", lm("--enable-metrics"), {}, {}, {"action": "probe"}),
+    (
+        "lmdeploy: its keys from a variable",
+        lm("--api-keys", "$(KEY)", env=[secret("KEY")]),
+        {},
+        {},
+        {"key": ("--api-key-env", "KEY"), "notes": ()},
+    ),
+    (
+        "lmdeploy: a key written into its command",
+        lm("--api-keys", "sk-1", "sk-2"),
+        {},
+        {},
+        {
+            "key": (),
+            "notes": (
+                "its --api-keys is written into its command, which the probe never copies into its own, so the "
+                "probe sends no key (put the key in a Secret and give it as --api-keys $(VAR))",
+            ),
+        },
+    ),
+    (
+        "lmdeploy: its proxy is no engine",
+        c(image=LM, command=["lmdeploy", "serve", "proxy", "--server-port", "8000"]),
+        {},
+        {},
+        {"action": "skip", "why": settle("its port is not proven: it runs lmdeploy, not lmdeploy's server")},
+    ),
+    (
+        "lmdeploy: in a shell script",
+        sh("lmdeploy serve api_server m --server-port 23334", image=LM),
+        {},
+        {},
+        {"port": 23334, "port_from": "--server-port in its command"},
+    ),
+    (
+        "trtllm: its defaults",
+        trt(),
+        {"drain": True},
+        SEEN,
+        {
+            "action": "probe",
+            "engine": "trtllm",
+            "port": 8000,
+            "address": LOOPBACK,  # --host localhost by default, which uvicorn binds as 127.0.0.1
+            "python": "python3",
+            "key": (),
+            "notes": (),
+            "window": 1800.0,
+        },
+    ),
+    ("trtllm: no serve word", c(image=TRT, command=["trtllm-serve", "m", "--port", "8001"]), {}, {}, {"port": 8001}),
+    (
+        "trtllm: --host 0.0.0.0",
+        trt("--config", "/etc/trt/config.yaml", "--host", "0.0.0.0"),
+        {},
+        SEEN,
+        {"address": WILD},
+    ),
+    ("trtllm: --window given", trt(), {"window_given": True}, SEEN, {"window": None}),
+    ("vllm: no window of its own", c(), {}, {}, {"window": None}),
+    ("vllm: --window given", c(), {"window_given": True}, {}, {"window": None}),
+    (
+        "trtllm: a key flag it does not have",
+        trt("--config", "/etc/trt/config.yaml", "--api-key", "$(KEY)", env=[secret("KEY")]),
+        {},
+        SEEN,
+        {"key": (), "notes": ()},
+    ),
+    (
+        "trtllm: the disaggregated router",
+        c(image=TRT, command=["trtllm-serve", "disaggregated", "--config_file=/etc/disagg.yaml"]),
+        {},
+        {},
+        {
+            "action": "skip",
+            "why": "it runs `trtllm-serve disaggregated`, a router in front of TensorRT-LLM servers, without "
+            "their metrics",
+        },
+    ),
+    (
+        "trtllm: the router by its path, in a script",
+        sh("cd /w && /usr/local/bin/trtllm-serve disaggregated -c d.yaml", image=TRT),
+        {},
+        {},
+        {"action": "skip"},
+    ),
+    (
+        "trtllm: another word after trtllm-serve is its model",
+        c(image=TRT, command=["trtllm-serve", "disaggregation-ready-model"]),
+        {},
+        {},
+        {"action": "probe"},
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "container", "choice", "context", "expected"), ENGINE_ROWS, ids=[r[0] for r in ENGINE_ROWS]
+)
+def test_lmdeploy_and_trtllm(
+    name: str, container: dict[str, Any], choice: dict[str, Any], context: dict[str, Any], expected: dict[str, Any]
+) -> None:
+    assert ENGINE_ROWS
+    decision = decide(container, "pod", Choice(**choice), Context(**context))
+    assert {field: getattr(decision, field) for field in expected} == expected
+
+
+# TensorRT-LLM's config YAML: read where the input shows it, and what it lacks said.
+def cfg(text: str, **context: Any) -> dict[str, Any]:
+    """The context of a pod whose ConfigMap trt holds `text` as config.yaml, mounted by volume cfg."""
+    return {"configmaps": {"trt": {"config.yaml": text}}, "volumes": [CFG_VOLUME], **context}
+
+
+def lacks(*what: str, path: str = "/etc/trt/config.yaml", key: str = "config.yaml") -> str:
+    them = "it" if len(what) == 1 else "them"
+    return f"its {path} (key {key} of ConfigMap trt) lacks {', and '.join(what)}; without {them} {UNJUDGED}"
+
+
+def unseen(path: str, why: str) -> str:
+    return f"inject cannot see {path} ({why}): the probe needs in it {PAGE}, and {ITER}; without them {UNJUDGED}"
+
+
+CONFIG_ROWS: list[tuple[str, dict[str, Any], dict[str, Any], str]] = [
+    ("both set", trt(), cfg(ALL_ON), ""),
+    ("neither", trt(), cfg("checkpoint_format: MX\n"), lacks(PAGE, ITER)),
+    ("the page alone", trt(), cfg("return_perf_metrics: true\n"), lacks(ITER)),
+    ("the iteration statistics alone", trt(), cfg("enable_iter_perf_stats: true\n"), lacks(PAGE)),
+    (
+        "yes, on, 1, quoted, and a comment",
+        trt(),
+        cfg("return_perf_metrics: 'yes' # on\nenable_iter_perf_stats: On\n"),
+        "",
+    ),
+    ("a 1 and a double quote", trt(), cfg('return_perf_metrics: "1"\nenable_iter_perf_stats: 1\n'), ""),
+    ("false is not on", trt(), cfg("return_perf_metrics: false\nenable_iter_perf_stats: true\n"), lacks(PAGE)),
+    ("the last line wins", trt(), cfg(ALL_ON + "return_perf_metrics: false\n"), lacks(PAGE)),
+    ("an earlier false is undone", trt(), cfg("return_perf_metrics: no\n" + ALL_ON), ""),
+    (
+        "indented: another option's",
+        trt(),
+        cfg("x:\n  return_perf_metrics: true\nenable_iter_perf_stats: true\n"),
+        lacks(PAGE),
+    ),
+    ("a space before the colon", trt(), cfg("return_perf_metrics : true\nenable_iter_perf_stats: true\n"), lacks(PAGE)),
+    ("a value that is no word", trt(), cfg("return_perf_metrics: truest\nenable_iter_perf_stats: true\n"), lacks(PAGE)),
+    ("no colon", trt(), cfg("return_perf_metrics true\nenable_iter_perf_stats: true\n"), lacks(PAGE)),
+    ("a line with no colon changes nothing", trt(), cfg(ALL_ON + "return_perf_metrics\n"), ""),
+    (
+        "a colon in the comment",
+        trt(),
+        cfg("return_perf_metrics: true  # see: the docs\nenable_iter_perf_stats: on\n"),
+        "",
+    ),
+    (
+        "a word that ends like one",
+        trt(),
+        cfg("return_perf_metrics: trueX\nenable_iter_perf_stats: true\n"),
+        lacks(PAGE),
+    ),
+    (
+        "--extra_llm_api_options, the older flag",
+        trt("--extra_llm_api_options=/etc/trt/config.yaml"),
+        cfg("return_perf_metrics: true\n"),
+        lacks(ITER),
+    ),
+    (
+        "no config at all",
+        c(image=TRT, command=["trtllm-serve", "serve", "m"]),
+        {},
+        f"it runs with no --extra_llm_api_options (or --config) YAML, so what the probe reads is off: it needs "
+        f"{PAGE}, and {ITER}; without them {UNJUDGED}",
+    ),
+    (
+        "a file of the image",
+        trt("--config", "/opt/config.yaml"),
+        cfg(ALL_ON),
+        unseen(
+            "/opt/config.yaml", "no volume of the manifest is mounted there: the image's file, or one written at start"
+        ),
+    ),
+    (
+        "a mount whose path only starts the same",
+        trt("--config", "/etc/trtx/config.yaml"),
+        cfg(ALL_ON),
+        unseen(
+            "/etc/trtx/config.yaml",
+            "no volume of the manifest is mounted there: the image's file, or one written at start",
+        ),
+    ),
+    (
+        "the mount point itself is no file in it",
+        trt("--config", "/etc/trt"),
+        cfg(ALL_ON),
+        unseen("/etc/trt", "no volume of the manifest is mounted there: the image's file, or one written at start"),
+    ),
+    (
+        "a mount path that ends in a letter",
+        trt("--config", "/etc/trtX/config.yaml", volumeMounts=[{"name": "cfg", "mountPath": "/etc/trtX"}]),
+        cfg(ALL_ON),
+        "",
+    ),
+    (
+        "a mount path with a slash at its end",
+        trt(volumeMounts=[{"name": "cfg", "mountPath": "/etc/trt/"}]),
+        cfg(ALL_ON),
+        "",
+    ),
+    (
+        "the deepest mount holds it",
+        trt(volumeMounts=[{"name": "cfg", "mountPath": "/etc/trt"}, {"name": "other", "mountPath": "/etc"}]),
+        cfg(ALL_ON, volumes=[{"name": "other", "emptyDir": {}}, CFG_VOLUME]),
+        "",
+    ),
+    (
+        "the deepest mount holds it, listed last",
+        trt(volumeMounts=[{"name": "other", "mountPath": "/etc"}, {"name": "cfg", "mountPath": "/etc/trt"}]),
+        cfg(ALL_ON, volumes=[{"name": "other", "emptyDir": {}}, CFG_VOLUME]),
+        "",
+    ),
+    (
+        "an emptyDir, written at start",
+        trt(),
+        cfg(ALL_ON, volumes=[{"name": "cfg", "emptyDir": {}}]),
+        unseen("/etc/trt/config.yaml", "its volume cfg is no ConfigMap"),
+    ),
+    (
+        "a volume the pod does not have",
+        trt(),
+        cfg(ALL_ON, volumes=[]),
+        unseen("/etc/trt/config.yaml", "its volume cfg is no ConfigMap"),
+    ),
+    (
+        "a ConfigMap not in the input",
+        trt(),
+        {"volumes": [CFG_VOLUME]},
+        unseen("/etc/trt/config.yaml", "ConfigMap trt, which is not in the input"),
+    ),
+    (
+        "a key the ConfigMap does not have",
+        trt("--config", "/etc/trt/other.yaml"),
+        cfg(ALL_ON),
+        unseen("/etc/trt/other.yaml", "ConfigMap trt has no file other.yaml"),
+    ),
+    (
+        "a subPath mount of the one file",
+        trt(volumeMounts=[{"name": "cfg", "mountPath": "/etc/trt/config.yaml", "subPath": "config.yaml"}]),
+        cfg("return_perf_metrics: true\n"),
+        lacks(ITER),
+    ),
+    (
+        "a subPath mount of a folder",
+        trt(volumeMounts=[{"name": "cfg", "mountPath": "/etc/trt", "subPath": "sub"}]),
+        cfg(ALL_ON),
+        unseen("/etc/trt/config.yaml", "ConfigMap trt has no file sub/config.yaml"),
+    ),
+    (
+        "items: the key listed under another path",
+        trt(),
+        cfg(
+            ALL_ON,
+            volumes=[{"name": "cfg", "configMap": {"name": "trt", "items": [{"key": "c", "path": "config.yaml"}]}}],
+            configmaps={"trt": {"c": "return_perf_metrics: true\n", "config.yaml": ALL_ON}},
+        ),
+        lacks(ITER, key="c"),
+    ),
+    (
+        "items that do not list the path",
+        trt(),
+        cfg(
+            ALL_ON,
+            volumes=[
+                {"name": "cfg", "configMap": {"name": "trt", "items": [{"key": "config.yaml", "path": "x.yaml"}]}}
+            ],
+        ),
+        unseen("/etc/trt/config.yaml", "ConfigMap trt has no file config.yaml"),
+    ),
+    (
+        "a path a variable holds, from a Secret",
+        trt("--config", "$(CFG)", env=[secret("CFG")]),
+        cfg(ALL_ON),
+        unseen("$(CFG)", "it depends on a variable"),
+    ),
+    (
+        "a path a variable holds, from the manifest",
+        trt("--config", "$(CFG)", env=[{"name": "CFG", "value": "/etc/trt/config.yaml"}]),
+        cfg("enable_iter_perf_stats: true\n"),
+        lacks(PAGE),
+    ),
+    ("vllm has no such file", c(), cfg(""), ""),
+]
+
+
+@pytest.mark.parametrize(("name", "container", "context", "note"), CONFIG_ROWS, ids=[r[0] for r in CONFIG_ROWS])
+def test_the_config_a_page_needs(name: str, container: dict[str, Any], context: dict[str, Any], note: str) -> None:
+    assert CONFIG_ROWS
+    decision = decide(container, "pod", Choice(), Context(**context))
+    assert decision.action == "probe", decision  # the probe goes in either way: without them it is a health check
+    assert decision.notes == ((note,) if note else ())

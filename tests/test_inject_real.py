@@ -6,6 +6,7 @@ function run by a real `kubectl kustomize`."""
 from __future__ import annotations
 
 import difflib
+import hashlib
 import json
 import os
 import shutil
@@ -21,11 +22,14 @@ import pytest
 import yaml
 
 from conftest import REPO, validate
+from stallprobe.engines import dialect_named
 from stallprobe.errors import ExitCode
+from stallprobe.pyz import launcher
 
 MANIFESTS = REPO / "tests" / "fixtures" / "manifests"
-# The ConfigMap of the empty build every run here ships (--pyz /dev/null), named by its content.
-EMPTY = "stallprobe-e3b0c44298"
+# The ConfigMap of the empty build every run here ships (--pyz /dev/null) and its launcher, named by their
+# content.
+EMPTY = "stallprobe-" + hashlib.sha256(launcher().encode()).hexdigest()[:10]
 
 
 def run(text: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -147,7 +151,24 @@ EXPECTED: dict[str, tuple[list[str], list[tuple[tuple[Any, ...], int, bool]]]] =
         ],
         [(("spec", "template", "spec", "containers", 0), 8000, True)],
     ),
+    # LMDeploy's own example: its probes are TCP checks, the operator's own, which only --force replaces.
+    "lmdeploy-k8s-api-server-a3af2ae.yaml": (
+        [
+            "deployment/internlm2-chat-7b container internlm2-chat-7b: kept its own liveness probe (not a plain "
+            "/health check; --force replaces it)"
+        ],
+        [],
+    ),
+    "modelexpress-trtllm-single-node-f5902e2.yaml": (
+        [
+            "deployment/mx-trtllm container trtllm: added the liveness probe (trtllm, port 8000 from --port in its "
+            "command)"
+        ],
+        [(("spec", "template", "spec", "containers", 0), 8000, True)],
+    ),
 }
+# Manifests whose probes only --force replaces (EXPECTED says what a run without it does).
+FORCED = {"lmdeploy-k8s-api-server-a3af2ae.yaml"}
 
 
 def workload(docs: Iterable[Any]) -> Any:
@@ -180,7 +201,10 @@ def test_real_manifest(name: str) -> None:
         validate(doc)
     for path, port, startup in probed:
         container = dig(workload(docs), path)
-        assert f"http://127.0.0.1:{port}/metrics" in container["livenessProbe"]["exec"]["command"]
+        command = container["livenessProbe"]["exec"]["command"]
+        engine = dialect_named(command[command.index("--engine") + 1])
+        assert engine is not None
+        assert f"http://127.0.0.1:{port}{engine.metrics_path}" in command
         assert ("startupProbe" in container) is (
             startup or "startupProbe" in dig(workload(yaml.safe_load_all(text)), path)
         )
@@ -238,7 +262,8 @@ def test_inject_loses_nothing(name: str, args: list[str]) -> None:
     done = run(text, *args)
     assert done.returncode == 0, done.stderr
     before, after = text.splitlines(keepends=True), done.stdout.splitlines(keepends=True)
-    probes = probe_blocks(text) if EXPECTED[name][1] else set()
+    composes = EXPECTED[name][1] or name in FORCED  # GKE's Secret is a template, no YAML
+    probes = probe_blocks(text) if composes else set()
     opcodes = difflib.SequenceMatcher(None, before, after, autojunk=False).get_opcodes()
     for tag, i1, i2, _, _ in opcodes:
         if tag in ("replace", "delete"):
@@ -246,7 +271,7 @@ def test_inject_loses_nothing(name: str, args: list[str]) -> None:
     kept = sum(i2 - i1 for tag, i1, i2, _, _ in opcodes if tag == "equal")
     assert kept >= len(before) - len(probes)
     assert not comments(before) - comments(after)  # none lost, those inside a replaced probe included
-    for doc in yaml.safe_load_all(done.stdout) if EXPECTED[name][1] else ():  # GKE's Secret: a template
+    for doc in yaml.safe_load_all(done.stdout) if composes else ():
         if doc:
             validate(doc)
 
@@ -349,6 +374,8 @@ def test_print_probe_gives_the_fields_to_embed() -> None:
     assert out["container"]["startupProbe"]["httpGet"] == {"path": "/health", "port": 8000}
     assert "http://127.0.0.1:8000/metrics" in out["container"]["livenessProbe"]["exec"]["command"]
     assert out["configMap"]["kind"] == "ConfigMap"
+    assert out["configMap"]["data"] == {"probe": launcher()}  # what the command runs, beside the archive
+    assert out["container"]["livenessProbe"]["exec"]["command"][:4] == ["python3", "-I", "-S", "/opt/stallprobe/probe"]
     as_yaml = run("", "--print-probe", "--engine", "llamacpp", "--port", "8080")
     assert yaml.safe_load(as_yaml.stdout)["container"]["startupProbe"]["exec"]["command"][:2] == ["python3", "-I"]
     bare = run("", "--print-probe", "--engine", "vllm", "--port", "8000", "--no-ready", "--configmap", "probe")
@@ -366,7 +393,9 @@ def test_drain_after_writes_the_readiness_probe() -> None:
     assert done.returncode == 0, done.stderr
     c = next(yaml.safe_load_all(done.stdout))["spec"]["template"]["spec"]["containers"][0]
     live, ready = c["livenessProbe"], c["readinessProbe"]
-    assert ready["exec"]["command"] == [*live["exec"]["command"], "--ready", "--drain-after", "30"]
+    # The readiness probe: the same command without what only liveness carries (its evidence, the kill switch).
+    assert live["exec"]["command"][-4:-2] == ["--termination-log", "/dev/termination-log"]
+    assert ready["exec"]["command"] == [*live["exec"]["command"][:-4], "--ready", "--drain-after", "30"]
     assert (ready["periodSeconds"], ready["failureThreshold"], ready["successThreshold"]) == (5, 1, 1)
     assert ready["timeoutSeconds"] == live["timeoutSeconds"] + 3  # it asks the health route too: --timeout more
     assert "traffic stops about 35 s after the last progress" in done.stderr
@@ -468,7 +497,7 @@ def test_a_key_in_a_flag_is_read_from_its_variable_and_never_copied() -> None:
     assert "--api-key" not in command
     assert "$(SGLANG_API_KEY)" not in command
     assert engine["startupProbe"]["httpGet"] == {"path": "/health", "port": 8000}
-    assert engine["readinessProbe"]["exec"]["command"][: len(command)] == command
+    assert engine["readinessProbe"]["exec"]["command"][: len(command) - 4] == command[:-4]  # but liveness's own
 
 
 def test_llama_cpps_server_image_is_probed_only_with_an_interpreter_named() -> None:
@@ -483,3 +512,53 @@ def test_llama_cpps_server_image_is_probed_only_with_an_interpreter_named() -> N
     assert "http://127.0.0.1:8080/metrics" in command
     assert engine["startupProbe"]["httpGet"] == {"path": "/health", "port": 8080}
     assert {"name": "LLAMA_ARG_ENDPOINT_METRICS", "value": "1"} in engine["env"]
+
+
+def test_lmdeploys_own_example_with_force_is_probed_on_its_port() -> None:
+    """LMDeploy's k8s/api_server.yaml starts `lmdeploy serve api_server` from a `sh -c` script with
+    --server-port 23333 and checks a TCP port: with --force, both checks become the probe's, reading
+    /metrics on 23333 (metrics on by default, --server-name 0.0.0.0), keeping its initialDelaySeconds."""
+    done = run((MANIFESTS / "lmdeploy-k8s-api-server-a3af2ae.yaml").read_text(), "--force")
+    assert done.returncode == 0, done.stderr
+    _, deployment, configmap = yaml.safe_load_all(done.stdout)  # the Service, untouched, first
+    engine = deployment["spec"]["template"]["spec"]["containers"][0]
+    command = engine["livenessProbe"]["exec"]["command"]
+    assert command[:6] == ["python3", "-I", "-S", "/opt/stallprobe/probe", "--url", "http://127.0.0.1:23333/metrics"]
+    assert command[command.index("--engine") + 1] == "lmdeploy"
+    assert engine["livenessProbe"]["initialDelaySeconds"] == 900  # its own guard of the model's loading
+    assert "startupProbe" not in engine
+    assert engine["readinessProbe"]["exec"]["command"][-3:] == ["--ready", "--drain-after", "30"]
+    assert "port 23333 from --server-port in its command" in done.stderr
+    assert configmap["kind"] == "ConfigMap"
+
+
+def test_trtllm_gets_its_own_window_and_is_told_what_its_config_lacks() -> None:
+    """ModelExpress's trtllm-serve Deployment gives --config a YAML from a ConfigMap of the same input,
+    which sets neither option the page needs: the probe goes in (without them every run is a health
+    check), reading /prometheus/metrics with TensorRT-LLM's own window (its readiness keeps
+    --drain-after: it asks /health_generate before it drains), and stderr says what the config lacks.
+    With the options in the ConfigMap, nothing is said."""
+    text = (MANIFESTS / "modelexpress-trtllm-single-node-f5902e2.yaml").read_text()
+    done = run(text)
+    assert done.returncode == 0, done.stderr
+    engine = workload(yaml.safe_load_all(done.stdout))["spec"]["template"]["spec"]["containers"][0]
+    live, ready = engine["livenessProbe"]["exec"]["command"], engine["readinessProbe"]["exec"]["command"]
+    assert "http://127.0.0.1:8000/prometheus/metrics" in live
+    assert live[live.index("--window") + 1] == "1800"
+    assert ready[ready.index("--drain-after") + 1] == "30"
+    assert "its window is 1800 s, trtllm's own, as --window does not say" in done.stderr
+    assert (
+        "its /etc/trtllm/config.yaml (key config.yaml of ConfigMap mx-trtllm-config) lacks return_perf_metrics: "
+        "true, which serves its Prometheus page at all, and enable_iter_perf_stats: true"
+    ) in done.stderr
+    fixed = text.replace(
+        "    checkpoint_format: MX\n", "    return_perf_metrics: true\n    enable_iter_perf_stats: true\n"
+    )
+    assert fixed != text
+    quiet = run(fixed, "--window", "3600", "--drain-after", "60")
+    assert quiet.returncode == 0, quiet.stderr
+    assert "lacks" not in quiet.stderr
+    assert "its window is" not in quiet.stderr
+    engine = workload(yaml.safe_load_all(quiet.stdout))["spec"]["template"]["spec"]["containers"][0]
+    live, ready = engine["livenessProbe"]["exec"]["command"], engine["readinessProbe"]["exec"]["command"]
+    assert (live[live.index("--window") + 1], ready[ready.index("--drain-after") + 1]) == ("3600", "60")

@@ -62,7 +62,7 @@ EXIT_TABLE: dict[int, dict[str, str]] = {
         "doctor": "the engine is stalled now",
     },
     ExitCode.USAGE: {
-        "probe": "usage error: a flag or environment variable is invalid, or the archive the launcher names"
+        "probe": "usage error: a flag or environment variable is invalid, or the archive beside the launcher"
         " cannot be run (missing, unreadable, not the probe); or a bug of stallprobe",
         "watch": "usage error: a flag or URL is invalid, or --listen or --agent cannot bind; or a bug of stallprobe",
         "inject": "usage error: a flag is invalid, or the input or a file it names cannot be used; or a bug of"

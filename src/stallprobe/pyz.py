@@ -1,10 +1,12 @@
 """The single-file build, stallprobe.pyz: the probe as one file, copied into an image or mounted from a
 ConfigMap without pip. Used by scripts/build-pyz and by `stallprobe inject`.
 
-A pod runs it with `python3 -I -S -c "<launcher(path)>" --url ...`: the launcher puts the archive on
-sys.path, loads its bundle (below) and calls the CLI. `python3 stallprobe.pyz` works too, but running a
-zip goes through runpy, which costs 4 to 6 ms of CPU a run, half again the whole probe. `-I -S` keeps the
-image's site-packages, PYTHON* variables and working directory out of the probe's imports.
+A pod runs it with `python3 -I -S /opt/stallprobe/probe --url ...`: `probe` is the launcher (launcher(),
+a file of a dozen lines beside the archive in the same ConfigMap), which puts the archive on sys.path,
+loads its bundle (below) and calls the CLI. Running a script file goes through no runpy; `python3
+stallprobe.pyz` works too, but running a zip goes through runpy, which costs several ms of CPU a run
+(docs/cost.md has both rows). `-I -S` keeps the image's site-packages, PYTHON* variables and working directory
+out of the probe's imports (and -I the launcher's own folder: it finds the archive from its `__file__`).
 
 Why not `zipapp.create_archive`: it stamps each entry with the file's mtime, so two builds of the same
 source differ, and the `__main__` it writes for `-m stallprobe.cli:main` calls main() without passing its
@@ -35,6 +37,7 @@ import zipfile
 from pathlib import Path
 
 from .errors import UsageError
+from .serving import PYZ_KEY
 
 __all__ = ["HOT", "SOMETIMES", "PythonNotHere", "build", "bytecode", "launcher"]
 
@@ -52,18 +55,26 @@ UNIX = 3
 BUNDLE_AT = len(SHEBANG)
 BUNDLE_CODE_AT = BUNDLE_AT + 4
 
-# The launcher's and __main__'s one statement that loads the bundle of the archive at `p` when it is this
-# Python's (`b` is _frozen_importlib_external, which every interpreter has loaded before any -c program).
+# The launcher's and __main__'s statements that load the bundle of the archive at `p` when it is this
+# Python's (`b` is _frozen_importlib_external, which every interpreter has loaded before it runs a program).
+# The file is read with posix's calls: open, one read, close. open() would add a file object, its buffer
+# and five system calls (fstat twice, isatty's ioctl, a seek, the read that finds the end). One read of up
+# to MAX_READ takes the whole of a regular file (a ConfigMap's volume is tmpfs), and the archive is far
+# smaller (tests/test_build_pyz.py holds it under 384 KiB; a ConfigMap holds at most 1 MiB).
+MAX_READ = 1 << 20
 LOAD = (
-    'a = open(p, "rb").read(); '
+    "f = posix.open(p, posix.O_RDONLY)\n"
+    f"a = posix.read(f, {MAX_READ})\n"
+    "posix.close(f)\n"
     f"a[{BUNDLE_AT}:{BUNDLE_CODE_AT}] == b.MAGIC_NUMBER and exec(*marshal.loads(memoryview(a)[{BUNDLE_CODE_AT}:]))"
 )
 
 # The launcher's hook for an exception nothing catches: one line on stderr and exit 2, with no traceback.
-# Spelled without ": " (print's separate words), so that YAML writes the launcher as a plain scalar.
 EXCEPTHOOK = (
-    "sys.excepthook = lambda t, e, _:(print('error:', 'cannot run the probe from', p + ':', t.__name__ + ':', e, "
-    "file=sys.stderr, flush=True), posix._exit(2))"
+    "sys.excepthook = lambda t, e, _: (\n"
+    '    print("error: cannot run the probe from", p + ":", t.__name__ + ":", e, file=sys.stderr, flush=True),\n'
+    "    posix._exit(2),\n"
+    ")"
 )
 
 MAIN = f'''\
@@ -73,6 +84,7 @@ process's."""
 
 import _frozen_importlib_external as b
 import marshal
+import posix
 import sys
 
 p = sys.path[0]
@@ -170,25 +182,42 @@ HOT = tuple(
 )
 
 
-def launcher(path: str) -> str:
-    """The `-c` program that runs the probe from the archive at `path` (no runpy on the way). The cycle
-    collector is off from the first import: a run lives well under a second and makes no garbage that
-    cycles, and the collector's passes during the imports are ~2% of its CPU. It reads the archive in one
-    read; when the bundle after the shebang was compiled by this Python (its magic number matches), the
+def launcher() -> str:
+    """The launcher's text: the file the pod's command runs (`python3 -I -S /opt/stallprobe/probe ...`),
+    which runs the probe from the archive beside it (no runpy on the way: a script file goes through none).
+    The cycle collector is off from the first import: a run lives well under a second and makes no garbage
+    that cycles, and the collector's passes during the imports are ~2% of its CPU. It reads the archive in
+    one read; when the bundle after the shebang was compiled by this Python (its magic number matches), the
     bundle's loader serves the probe's modules from that read, and zipimport (from the sources) serves
-    whatever else, or everything on another Python.
+    whatever else, or everything on another Python. With -I, Python puts no folder of the script's on
+    sys.path: the archive is found from the launcher's own `__file__` (the path the command names, not
+    its target: a ConfigMap volume's files are links into a folder that changes with every update).
 
     An archive that is missing, unreadable or not the probe (a ConfigMap not mounted, a truncated copy)
     says so in one line and exits 2, the code of a deploy error (as a flag that is invalid), instead of a
     traceback and exit 1: the hook set first takes any exception nothing catches. Once the CLI runs it says
     its own errors, with their codes; only a bug of the probe would still reach the hook, and be one line
-    and exit 2 as well."""
-    if '"' in path or "\\" in path:
-        raise ValueError(f"the archive's path must not hold a quote or a backslash (got {path!r})")
-    return (
-        f'import gc, posix, sys, marshal, _frozen_importlib_external as b; gc.disable(); p = "{path}"; '
-        f"{EXCEPTHOOK}; sys.path.insert(0, p); {LOAD}; from stallprobe.cli import run; run()"
-    )
+    and exit 2 as well.
+
+    What a file costs beyond the `-c` program an earlier release wrote: Python tries a script's path as a
+    zip before it runs it (pymain_get_importer: zipimport opens the file and looks for a zip's end), then
+    reads it: about 30 more system calls and 0.2M more instructions a run (strace, callgrind; 3.11), of
+    the probe's ~300 and ~28M, about 0.1 ms. Reading the archive with posix's calls takes 5 of those system
+    calls back (LOAD), and the comment is two lines: the tokenizer reads a script a character at a time, at
+    tens of instructions a character, so why each line is as it is is said here. docs/cost.md has the
+    bench's rows before and after."""
+    return f"""\
+# stallprobe's launcher: `python3 -I -S <this file> --url ...` runs the probe from the archive beside it
+# ({PYZ_KEY}), with no runpy. Why each line is as it is: launcher() in stallprobe's pyz.py.
+import gc, posix, sys, marshal, _frozen_importlib_external as b
+gc.disable()
+p = __file__[: __file__.rfind("/") + 1] + "{PYZ_KEY}"
+{EXCEPTHOOK}
+sys.path.insert(0, p)
+{LOAD}
+from stallprobe.cli import run
+run()
+"""
 
 
 # Compiling the dozen modules a probe run loads takes a fraction of a second; an interpreter that has not

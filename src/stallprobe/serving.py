@@ -9,22 +9,39 @@ which this module stays off.)
 from __future__ import annotations
 
 __all__ = [
+    "LAUNCHER_KEY",
     "LOOPBACK",
+    "MOUNT",
     "PYZ_KEY",
+    "REPORT_ONLY_KEY",
     "SERVING",
+    "TERMINATION_LOG",
     "Address",
     "LlamacppServing",
+    "LmdeployServing",
     "Serving",
     "SglangServing",
+    "TrtllmServing",
     "VllmServing",
     "address",
     "default_address",
     "python_in",
 ]
 
-# The probe's single-file build as it reaches a container: its key in the ConfigMap inject ships, and its
-# file where the pod mounts it (stanza.PYZ_PATH); a probe whose command names it is one inject wrote.
+# The probe as it reaches a container: the ConfigMap inject ships, mounted whole at MOUNT, holds the
+# single-file build (PYZ_KEY) and its launcher (LAUNCHER_KEY: the file the pod's command runs, which runs
+# the archive beside it); a probe whose command names either is one inject wrote (the launcher's path, or
+# an earlier release's `-c` program, which named the archive). REPORT_ONLY_KEY is the kill switch: absent
+# until an operator adds it to the ConfigMap in place (kubectl patch), when its file appears in every pod
+# that mounts the ConfigMap whole (a subPath mount, or `items` listing keys, would never show it).
+MOUNT = "/opt/stallprobe"
 PYZ_KEY = "stallprobe.pyz"
+LAUNCHER_KEY = "probe"
+REPORT_ONLY_KEY = "report-only"
+# Where the kubelet reads a container's termination message when it sets no terminationMessagePath
+# (Kubernetes' default, core/v1 TerminationMessagePathDefault): a liveness run that fails writes its
+# evidence there, for `kubectl describe pod` to show as the last state of the restarted container.
+TERMINATION_LOG = "/dev/termination-log"
 
 
 class Serving:
@@ -53,6 +70,12 @@ class Serving:
     metrics_on: tuple[str, ...] = ()
     metrics_off: tuple[str, ...] = ()
     metrics_env: tuple[str, ...] = ()
+    # Options of a YAML config file its page needs, none by a flag: the flags that name the file (as
+    # command lines are read: `--flag-name`), how to name them in a line, and each option that must be
+    # true in it with what it buys the probe (a clause: "which ...").
+    config_flags: tuple[str, ...] = ()
+    config_shown = ""
+    config_needs: tuple[tuple[str, str], ...] = ()
 
 
 class VllmServing(Serving):
@@ -98,7 +121,55 @@ class LlamacppServing(Serving):
     metrics_env = ("LLAMA_ARG_ENDPOINT_METRICS",)
 
 
-SERVING: dict[str, type[Serving]] = {"vllm": VllmServing, "sglang": SglangServing, "llamacpp": LlamacppServing}
+class LmdeployServing(Serving):
+    # LMDeploy (lmdeploy/cli/serve.py, lmdeploy/serve/openai/api_server.py): `lmdeploy serve api_server
+    # MODEL`; --server-port 23333, --server-name 0.0.0.0; metrics on by default since late 2025 (PR #4108),
+    # off with --disable-metrics (older releases served /metrics only with --enable-metrics, which newer
+    # ones reject as an unknown argument: inject never adds it); --api-keys K... (nargs *), wanted on every
+    # route but /health, /docs, /redoc and /nodes, /metrics included (serve/utils/server_utils.py). Its
+    # images (openmmlab/lmdeploy) run nothing of their own: the command says `lmdeploy serve api_server`.
+    servers = ("lmdeploy serve api_server",)
+    port_flags = ("--server-port",)
+    host_flags = ("--server-name",)
+    default_host = "0.0.0.0"
+    key_flags = ("--api-keys",)
+    python = True
+    metrics_off = ("--disable-metrics",)
+
+
+class TrtllmServing(Serving):
+    # TensorRT-LLM (tensorrt_llm/commands/serve.py): `trtllm-serve [serve] MODEL`; --port 8000, --host
+    # localhost (loopback: the kubelet cannot reach it); no API key of any kind (issue #9950). Its
+    # Prometheus page is mounted only with return_perf_metrics: true in the YAML that
+    # --extra_llm_api_options (--config in newer releases) names, and its per-iteration families (the
+    # running gauge without which the probe cannot judge the page, and the KV-block counter that moves
+    # while it decodes) only with enable_iter_perf_stats: true too (tensorrt_llm/llmapi/llm_args.py:
+    # both False by default; serve/openai_server.py). Its images (nvcr.io/nvidia/tensorrt-llm/release)
+    # run their command through nvidia_entrypoint.sh.
+    servers = ("trtllm-serve",)
+    # --host localhost, which uvicorn (its server) binds on an IPv4 socket: 127.0.0.1 alone.
+    default_host = "127.0.0.1"
+    key_flags = ()
+    python = True
+    config_flags = ("--extra-llm-api-options", "--config")
+    config_shown = "--extra_llm_api_options (or --config)"
+    config_needs = (
+        ("return_perf_metrics", "which serves its Prometheus page at all"),
+        (
+            "enable_iter_perf_stats",
+            "which adds the running gauge (without it the page cannot be judged) and the KV-block counter that "
+            "moves while it decodes",
+        ),
+    )
+
+
+SERVING: dict[str, type[Serving]] = {
+    "vllm": VllmServing,
+    "sglang": SglangServing,
+    "llamacpp": LlamacppServing,
+    "lmdeploy": LmdeployServing,
+    "trtllm": TrtllmServing,
+}
 
 # Whether an image carries a `python3` on its PATH, which the probe runs with: (its repository, how its
 # tag starts, whether it does). The repository matches the image's own or its end after a `/` (a
@@ -120,6 +191,12 @@ IMAGES: tuple[tuple[str, str, bool], ...] = (
     ("llama.cpp", "full", True),
     ("llama.cpp", "server", False),
     ("llama.cpp", "light", False),
+    # LMDeploy's docker/Dockerfile: nvidia/cuda with a venv of python3.10 at /opt/py3 first on PATH
+    # (docker/install.sh), which `python3` finds.
+    ("openmmlab/lmdeploy", "", True),
+    # TensorRT-LLM's release images (docker/Dockerfile.multi) are built on nvcr.io/nvidia/pytorch, whose
+    # python3 they run (docker/release.md checks the install with `python3 -c "import tensorrt_llm"`).
+    ("tensorrt-llm/release", "", True),
     # Ollama's Dockerfile: ubuntu with ca-certificates and its Go binary.
     ("ollama/ollama", "", False),
     # The official Python images (docker-library/python): python3 is what they are.

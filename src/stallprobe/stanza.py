@@ -11,9 +11,8 @@ from .detector import DEFAULT_WINDOW
 from .engines import DIALECTS, health_route
 from .observe import kubelet_timeout
 from .options import DEFAULT_FAILURE_THRESHOLD, DEFAULT_PERIOD, DEFAULT_STARTUP_BUDGET, DEFAULT_TIMEOUT
-from .pyz import launcher
 from .report import num
-from .serving import LOOPBACK, PYZ_KEY
+from .serving import LAUNCHER_KEY, LOOPBACK, MOUNT, PYZ_KEY, REPORT_ONLY_KEY, TERMINATION_LOG
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -23,15 +22,17 @@ if TYPE_CHECKING:
     from .serving import Address
 
 __all__ = [
-    "LAUNCHER",
+    "LAUNCHER_PATH",
     "PYZ_DIR",
     "PYZ_PATH",
     "READY_PERIOD",
+    "REPORT_ONLY_PATH",
     "STARTUP_PERIOD",
     "STATE_DIR",
     "Plan",
     "health_check",
     "health_readiness_probe",
+    "liveness_args",
     "liveness_probe",
     "probe_command",
     "readiness_probe",
@@ -40,12 +41,16 @@ __all__ = [
     "timeout_seconds",
 ]
 
-# Where the pod mounts the single-file build (serving.PYZ_KEY: its name).
-PYZ_DIR = "/opt/stallprobe"
+# Where the pod mounts the ConfigMap of the single-file build and its launcher (serving.py names them).
+PYZ_DIR = MOUNT
 PYZ_PATH = f"{PYZ_DIR}/{PYZ_KEY}"
-# The pod runs the archive through `-c`, not as `python3 stallprobe.pyz`: running a zip goes through
-# runpy, ~8 ms of CPU a run (a third of the probe's cost) for nothing.
-LAUNCHER = launcher(PYZ_PATH)
+# The pod runs the launcher (pyz.launcher(): a script file, which goes through no runpy), not the
+# archive as `python3 stallprobe.pyz`: running a zip goes through runpy, which costs a run several ms of
+# CPU for nothing (docs/cost.md has both rows).
+LAUNCHER_PATH = f"{PYZ_DIR}/{LAUNCHER_KEY}"
+# The kill switch's file: there once an operator adds the key to the ConfigMap (kubectl patch), and read
+# by every liveness run (the probe's --report-only-file).
+REPORT_ONLY_PATH = f"{PYZ_DIR}/{REPORT_ONLY_KEY}"
 STATE_DIR = "/run/stallprobe"
 STARTUP_PERIOD = 10
 # Readiness is asked often and fails at once: it only moves new requests elsewhere, it restarts nothing.
@@ -106,7 +111,7 @@ def probe_command(
     # which it reads from its environment at run time.
     host = f"${address.host}" if address.host.startswith("$(") else address.host
     path = next((d.metrics_path for d in DIALECTS if d.name == engine), "/metrics")
-    command = [python, "-I", "-S", "-c", LAUNCHER, "--url", f"http://{host}:{port}{path}"]
+    command = [python, "-I", "-S", LAUNCHER_PATH, "--url", f"http://{host}:{port}{path}"]
     command += ["--window", num(plan.window), "--timeout", num(plan.timeout)]
     if engine is not None:
         command += ["--engine", engine]
@@ -129,11 +134,23 @@ def _engine(command: list[str]) -> str | None:
     return command[command.index("--engine") + 1] if "--engine" in command[:-1] else None
 
 
-def liveness_probe(command: list[str], plan: Plan, old: Any = None) -> dict[str, Any]:
-    """The livenessProbe: the command, with --report-only when the plan says so (the readiness probe,
-    built from the same command, never carries it); an operator's initialDelaySeconds on the probe it
+def liveness_args(plan: Plan, termination: str = TERMINATION_LOG) -> list[str]:
+    """The flags only the liveness probe carries (a readiness run restarts nothing, so it neither leaves
+    evidence for the kubelet nor reads the kill switch): where a failing run writes its evidence (the
+    container's termination message file, `termination`), the kill switch's file, and --report-only when
+    the plan says so. The kubelet expands `$(VAR)` in a probe's command, and nothing in a
+    terminationMessagePath: every `$` of the path is written `$$`, which it turns back into `$`."""
+    args = ["--termination-log", termination.replace("$", "$$"), "--report-only-file", REPORT_ONLY_PATH]
+    return [*args, "--report-only"] if plan.report_only else args
+
+
+def liveness_probe(
+    command: list[str], plan: Plan, old: Any = None, *, termination: str = TERMINATION_LOG
+) -> dict[str, Any]:
+    """The livenessProbe: the command and the flags only it carries (liveness_args; the readiness probe
+    is built from the same command without them); an operator's initialDelaySeconds on the probe it
     replaces (`old`) is kept."""
-    probe: dict[str, Any] = {"exec": {"command": [*command, "--report-only"] if plan.report_only else command}}
+    probe: dict[str, Any] = {"exec": {"command": [*command, *liveness_args(plan, termination)]}}
     delay = old.get("initialDelaySeconds") if isinstance(old, dict) else None
     if isinstance(delay, int):  # model loading: keep the operator's delay (a startupProbe is better)
         probe["initialDelaySeconds"] = delay

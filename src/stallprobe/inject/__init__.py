@@ -8,7 +8,8 @@ container that serves HTTP on a port its manifest shows, with its metrics on, ge
 sidecars and init containers never do. It replaces a liveness probe that is absent, or a plain HTTP
 check of /health (any other is the operator's and stays unless --force), and the readiness probe the
 same way unless --no-ready; adds a startupProbe where nothing guards the model's loading; mounts a
-ConfigMap that holds the single-file build, named by its content (stallprobe-<sha256, 10 hex digits>:
+ConfigMap that holds the single-file build and its launcher (the probe's command runs `python3 -I -S
+/opt/stallprobe/probe`), named by their content (stallprobe-<sha256, 10 hex digits>:
 a new build rolls the workload; after the install's app.kubernetes.io/instance when every workload has the
 same one, so that two releases of a chart in a namespace own one each); and emits that ConfigMap last, one
 per namespace, in place of an older build's that nothing mounts any more. Injecting its own output changes
@@ -24,14 +25,14 @@ through ruamel.yaml, a dependency of the package; the probe itself never imports
 from __future__ import annotations
 
 from ..errors import InjectError
-from ..stanza import LAUNCHER, PYZ_PATH
+from ..stanza import LAUNCHER_PATH, PYZ_PATH
 from .command import main
 from .core import InjectConfig, configmap_name, inject, plan_of
 from .decide import Choice, Decision, decide, engine_of
 from .manifests import read_documents, write_documents
 
 __all__ = [
-    "LAUNCHER",
+    "LAUNCHER_PATH",
     "PYZ_PATH",
     "Choice",
     "Decision",

@@ -20,13 +20,14 @@ import sys
 
 from .. import __version__
 from ..console import abandon_stdout, tell
+from ..engines import ENGINE_NAMES
 from ..errors import ExitCode, InjectError, OutputError
 from ..helppage import help_page
 from ..options import INJECT
 from ..serving import Address, address, default_address
 from ..settings import parse
 from .core import InjectConfig, configmap, configmap_name, container_fields, inject, plan_of, state_volume, volume
-from .decide import Decision
+from .decide import Choice, Decision, own_window
 from .manifests import MAX_BYTES, decode, dump_yaml, read_documents, write_documents
 
 TYPE_CHECKING = False
@@ -168,7 +169,7 @@ def _print_probe(config: InjectConfig, log: list[str]) -> str:
     engine = config.engine
     port = config.port
     if engine == "auto" or port is None:
-        raise InjectError("--print-probe needs --engine (vllm, sglang or llamacpp) and --port")
+        raise InjectError(f"--print-probe needs --engine ({', '.join(ENGINE_NAMES[1:])}) and --port")
     if config.output not in ("yaml", "json"):
         raise InjectError(f"--output must be yaml or json (got {config.output!r})")
     plan = plan_of(config)
@@ -178,6 +179,7 @@ def _print_probe(config: InjectConfig, log: list[str]) -> str:
     # Where the engine binds: --host-address's, else its default (serving.py says which).
     reached = default_address(engine) if given is None else address(given) or Address(given, "")
     readiness = "" if plan.drain_after is None else "added"
+    window = own_window(engine, Choice(window_given="window" in config.given))
     decision = Decision(
         "probe",
         engine=engine,
@@ -187,6 +189,7 @@ def _print_probe(config: InjectConfig, log: list[str]) -> str:
         python=config.python or "python3",
         readiness=readiness,
         liveness="added",
+        window=window,
     )
     fields = container_fields(decision, plan, None, config.state_volume)
     volumes: list[dict[str, Any]] = [volume(name)]

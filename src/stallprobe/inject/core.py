@@ -14,8 +14,9 @@ from .. import __version__
 from ..engines import health_route
 from ..errors import UsageError
 from ..options import INJECT, PASSED_ON
+from ..pyz import launcher
 from ..report import drain_warning, num
-from ..serving import LOOPBACK, PYZ_KEY, address
+from ..serving import LAUNCHER_KEY, LOOPBACK, PYZ_KEY, REPORT_ONLY_KEY, address
 from ..settings import EngineSettings, given_flags
 from ..stanza import (
     PYZ_DIR,
@@ -29,6 +30,7 @@ from ..stanza import (
     restart_after,
     startup_probe,
 )
+from ..switches import FALSE_WORDS
 from .decide import Choice, Context, Decision, decide, is_ours
 
 TYPE_CHECKING = False
@@ -38,11 +40,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "InjectConfig",
+    "build_digest",
     "configmap",
     "configmap_name",
     "container_fields",
     "inject",
     "owner_of",
+    "plan_for",
     "plan_of",
     "state_volume",
     "volume",
@@ -142,16 +146,24 @@ def _reference(text: str) -> bool:
     return text.startswith("$(") and text.endswith(")") and text[2:-1].isidentifier()
 
 
+def build_digest(pyz: bytes) -> str:
+    """The sha256 of the build the ConfigMap ships, in hex: its archive, then its launcher (what
+    `cat stallprobe.pyz probe | sha256sum` prints, in a pod's /opt/stallprobe)."""
+    digest = hashlib.sha256(pyz)
+    digest.update(launcher().encode("utf-8"))
+    return digest.hexdigest()
+
+
 def configmap_name(config: InjectConfig, pyz: bytes, owner: str | None = None) -> str:
     """The ConfigMap's name: --configmap's, else `stallprobe-` and the first 10 hex digits of the build's
-    sha256 (what `sha256sum stallprobe.pyz` prints), so a new build is a new ConfigMap: the pod template
+    sha256 (build_digest: the archive and the launcher), so a new build is a new ConfigMap: the pod template
     that names it changes, the workload rolls, and two builds live side by side in a namespace. With an
     `owner` (owner_of: the Helm release or Argo CD application every workload of the input belongs to),
     `OWNER-stallprobe-HASH`: two releases of one chart in one namespace each own their ConfigMap, where one
     shared name made Helm refuse the second install and a prune of one delete the other's."""
     if config.configmap is not None:
         return config.configmap
-    name = f"{VOLUME}-{hashlib.sha256(pyz).hexdigest()[:HASH_DIGITS]}"
+    name = f"{VOLUME}-{build_digest(pyz)[:HASH_DIGITS]}"
     return f"{owner}-{name}" if owner else name
 
 
@@ -227,9 +239,9 @@ class Surroundings:
             if doc.get("kind") == "Service" and isinstance(spec, dict):
                 self.services.setdefault(namespace, []).append(spec)
 
-    def context(self, namespace: Any, labels: dict[str, Any]) -> Context:
-        """The ConfigMaps of the namespace, and the ports of its Services whose selector selects a pod
-        with these labels (a Service without a selector selects none)."""
+    def context(self, namespace: Any, labels: dict[str, Any], volumes: Any = None) -> Context:
+        """The ConfigMaps of the namespace, the ports of its Services whose selector selects a pod with
+        these labels (a Service without a selector selects none), and the pod's `volumes`."""
         ports: list[Any] = []
         for spec in self.services.get(namespace, []):
             selector = spec.get("selector")
@@ -239,7 +251,7 @@ class Surroundings:
                 and all(str(labels.get(k)) == str(v) and k in labels for k, v in selector.items())
             ):
                 ports += spec.get("ports") or []
-        return Context(self.configmaps.get(namespace, {}), ports)
+        return Context(self.configmaps.get(namespace, {}), ports, volumes if isinstance(volumes, list) else ())
 
 
 def _has_containers(node: Any, depth: int = 0) -> bool:
@@ -283,9 +295,27 @@ def _enable_metrics(container: dict[str, Any], how: tuple[str, str]) -> None:
         words.append(name)
 
 
+def plan_for(plan: Plan, decision: Decision) -> Plan:
+    """The run's plan for one container: with its engine's own window where the decision gives one
+    (decide.py, rule 13)."""
+    if decision.window is None or decision.window == plan.window:
+        return plan
+    return Plan(
+        window=decision.window,
+        timeout=plan.timeout,
+        period=plan.period,
+        failure=plan.failure,
+        probe_args=plan.probe_args,
+        startup_budget=plan.startup_budget,
+        drain_after=plan.drain_after,
+        report_only=plan.report_only,
+    )
+
+
 def container_fields(decision: Decision, plan: Plan, old: Any, state_volume: bool) -> dict[str, Any]:
     """The fields inject writes into one container: liveness, and as the decision says, startup and
-    readiness probes; then the volume mounts."""
+    readiness probes; then the volume mounts. The plan is the run's: the container's own is made here."""
+    plan = plan_for(plan, decision)
     reached = decision.address or LOOPBACK
     # A key file given to inject is the operator's word for every probe: it wins over what the engine's
     # command says (the probe takes one key).
@@ -299,7 +329,7 @@ def container_fields(decision: Decision, plan: Plan, old: Any, state_volume: boo
         python=decision.python or "python3",
         key=key,
     )
-    fields: dict[str, Any] = {"livenessProbe": liveness_probe(command, plan, old)}
+    fields: dict[str, Any] = {"livenessProbe": liveness_probe(command, plan, old, termination=decision.termination)}
     if decision.startup:
         fields["startupProbe"] = startup_probe(
             decision.port, decision.engine, reached, plan, decision.python or "python3"
@@ -347,6 +377,11 @@ def _line(where: str, decision: Decision, plan: Plan, changed: bool, undrained: 
             f"{plan.failure} - 1))"
         )
     parts = [head]
+    if decision.window is not None:
+        parts.append(
+            f"its window is {num(decision.window)} s, {engine}'s own, as --window does not say: its page shows no "
+            "progress while a long request runs (--window sets another, above the longest request)"
+        )
     kind, name = decision.enable
     if kind == "arg":
         parts.append(f"turned its metrics on with {name} ({engine} publishes none without it)")
@@ -398,6 +433,7 @@ class _Walk:
             port=config.port,
             host=config.host_address,
             python=config.python,
+            window_given="window" in config.given,
         )
         self.log: list[str] = []
         self.namespaces: list[str | None] = []
@@ -444,7 +480,7 @@ class _Walk:
             for mount in fields["volumeMounts"]:
                 here = _put(mounts, mount) or here
             needs_state = needs_state or own_state
-            self.log.append(_line(label, decision, self.plan, here, undrained and here))
+            self.log.append(_line(label, decision, plan_for(self.plan, decision), here, undrained and here))
             probed = True
             changed = changed or here
         if probed:
@@ -470,6 +506,8 @@ def _mounted(volumes: Any) -> str | None:
 
 
 def configmap(name: str, namespace: str | None, pyz: bytes) -> dict[str, Any]:
+    """The build's ConfigMap: the launcher as text (the file the pod's command runs: a reader of the
+    manifest sees what runs), then the archive, in base64."""
     metadata: dict[str, Any] = {"name": name}
     if namespace is not None:
         metadata["namespace"] = namespace
@@ -478,6 +516,7 @@ def configmap(name: str, namespace: str | None, pyz: bytes) -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": metadata,
+        "data": {LAUNCHER_KEY: launcher()},
         "binaryData": {PYZ_KEY: base64.b64encode(pyz).decode("ascii")},
     }
 
@@ -510,6 +549,41 @@ def _still_named(docs: list[Any]) -> set[tuple[str | None, str]]:
     return named
 
 
+def _held_switch(
+    maps: list[tuple[int, dict[str, Any], str | None, Any]],
+    namespace: str | None,
+    name: str,
+    replaced: set[tuple[str | None, str]],
+) -> tuple[str, Any] | None:
+    """The kill switch the input's ConfigMaps hold for the probes of `namespace`: (the ConfigMap's name, the
+    value of its `report-only` key), from the build's ConfigMap of this name, else from one the rewritten
+    volumes named before (a new build: its probes move to a new ConfigMap); None when none holds the key."""
+    for own in (True, False):
+        for _, doc, ns, held in maps:
+            data = doc.get("data")
+            value = data.get(REPORT_ONLY_KEY) if isinstance(data, dict) else None
+            if ns == namespace and value is not None and (held == name if own else (ns, held) in replaced):
+                return str(held), value
+    return None
+
+
+def _kept_switch(name: str, where: str, namespace: str | None, held: str, value: Any) -> str:
+    """What inject says of the kill switch it kept: the ConfigMap holds it, the value it holds and what the
+    probes make of it (killswitch.py: any word but one read as off is on), and how to take it away."""
+    words = str(value).split()
+    on = (words[0].lower() if words else "") not in FALSE_WORDS
+    came = "kept its report-only key" if held == name else f"kept the report-only key of configmap/{held}"
+    if not on:
+        return f"configmap/{name}{where}: {came} ({value!r}: off, the liveness probes act)"
+    flag = f" -n {namespace}" if namespace is not None else ""
+    return (
+        f"configmap/{name}{where}: {came} ({value!r}: on): every liveness probe that mounts it stays "
+        "report-only and restarts nothing (the kill switch an operator turned on); to let them act again: "
+        f'kubectl patch configmap {name}{flag} --type json -p \'[{{"op": "remove", "path": '
+        f'"/data/{REPORT_ONLY_KEY}"}}]\''
+    )
+
+
 def inject(docs: list[Any], config: InjectConfig, pyz: bytes) -> tuple[list[Any], list[str], set[int]]:
     """Inject into every manifest of `docs` (changed in place) as `config` says, shipping the build `pyz`;
     the documents to write, the log, and the indexes (in the returned list) of the documents that changed.
@@ -519,8 +593,10 @@ def inject(docs: list[Any], config: InjectConfig, pyz: bytes) -> tuple[list[Any]
     where it holds the build's ConfigMap of an earlier version that the rewritten volumes named and no
     pod template names any more, that one becomes the new one, in its place: the output is what should
     be applied, and holds no build nothing mounts (the pods still running the old build keep their
-    mounted copy; whether the old object leaves the cluster is the applying tool's prune).
-    UsageError when the configuration contradicts itself.
+    mounted copy; whether the old object leaves the cluster is the applying tool's prune). A `report-only`
+    key (the kill switch, which an operator adds in place) that the input's ConfigMap of this build, or
+    of the build the probes mounted before, holds is kept in the new one, and said: a re-apply never
+    undoes the switch in silence. UsageError when the configuration contradicts itself.
     """
     plan = plan_of(config)
     walk = _Walk(config, plan, configmap_name(config, pyz, owner_of(docs)))
@@ -544,7 +620,8 @@ def inject(docs: list[Any], config: InjectConfig, pyz: bytes) -> tuple[list[Any]
                 continue
             for spec, role, labels in _templates_labelled(doc):
                 namespace = _dig(doc, ("metadata", "namespace"))
-                here, any_seen = walk.pod(spec, role, where, namespace, surroundings.context(namespace, labels))
+                context = surroundings.context(namespace, labels, spec.get("volumes"))
+                here, any_seen = walk.pod(spec, role, where, namespace, context)
                 seen = seen or any_seen
                 if here:
                     changed.add(index)
@@ -564,11 +641,16 @@ def inject(docs: list[Any], config: InjectConfig, pyz: bytes) -> tuple[list[Any]
             and isinstance(doc.get("binaryData"), dict)
             and PYZ_KEY in doc["binaryData"]
         ]
+        where = f" in namespace {namespace}" if namespace is not None else ""
+        # The kill switch an operator turned on in place: a re-apply must not undo it in silence.
+        held = _held_switch(maps, namespace, walk.name, walk.replaced)
+        if held is not None:
+            wanted["data"][REPORT_ONLY_KEY] = held[1]
+            walk.log.append(_kept_switch(walk.name, where, namespace, *held))
         if existing:
             index, doc = existing[0]
         elif stale:
             index, doc, old = stale[0]
-            where = f" in namespace {namespace}" if namespace is not None else ""
             walk.log.append(
                 f"configmap/{old}{where}: replaced by configmap/{walk.name}, the build the probes now mount "
                 "(pods still running the old one keep their copy until they are replaced)"

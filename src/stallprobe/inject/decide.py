@@ -11,10 +11,12 @@ The rules, in order, each with its reason:
    there can only fail, and with RecreateGroupOnPodRestart every failure recreates the whole group.
 3. A command that marks a worker: --headless, --node-rank other than 0 (or one that differs per pod),
    vLLM's --data-parallel-start-rank > 0 without a load-balanced mode, --api-server-count 0, `ray start`,
-   llama.cpp's rpc-server. Same reason.
-4. Metrics off by the operator's choice (vLLM's --disable-log-stats registers no vllm: family): every
-   run would fail, so skipped, saying so, wherever the flag is written: an argument, the command, a shell
-   script, or the value of a variable the command expands.
+   llama.cpp's rpc-server; or a router, not an engine: TensorRT-LLM's `trtllm-serve disaggregated`, in
+   front of its context and generation servers, publishes none of their families. Same reason.
+4. Metrics off by the operator's choice (vLLM's --disable-log-stats registers no vllm: family,
+   LMDeploy's --disable-metrics none of lmdeploy:): every run would fail, so skipped, saying so,
+   wherever the flag is written: an argument, the command, a shell script, or the value of a variable
+   the command expands.
 5. The port: only one the manifest shows the engine serves HTTP on, since a probe on any other fails
    every run, and a startup probe that fails for its whole budget restarts a healthy engine forever.
    Its port flag on the engine's server command (`$(VAR)` and `$VAR` resolved from env, envFrom and
@@ -37,7 +39,12 @@ The rules, in order, each with its reason:
    a UNIX socket: skipped, saying so. --host-address settles what the manifest leaves open.
 7. Metrics not on (SGLang without --enable-metrics and llama.cpp without --metrics publish none): turned
    on (an argument appended, or for llama.cpp its variable set), said on stderr; an SGLang shell script
-   cannot be edited safely: skipped.
+   cannot be edited safely: skipped. Metrics that options of a config file turn on (TensorRT-LLM's
+   return_perf_metrics and enable_iter_perf_stats, in the YAML its --extra_llm_api_options or --config
+   names): the file is read where the input shows it (a key of a ConfigMap in the input, mounted where
+   the flag points), and what it lacks is said, with what each option buys; where inject cannot see
+   it, which options the probe needs is said. The probe goes in either way: without them every run
+   falls back to the engine's health route ('unjudged'), a health check and nothing worse.
 8. The interpreter: the probe is a Python program, and an exec probe whose interpreter the image lacks
    fails every run. --python's, else the one its command runs, else python3 in an image known to carry
    it, or where the engine is itself a Python program (said, naming the image, where inject does not
@@ -46,17 +53,33 @@ The rules, in order, each with its reason:
    time (--api-key-env), a file of keys from that file; a key the probe cannot reach (written into the
    command) is said, with what to do. The key itself is never copied into the probe's command.
 10. The liveness probe: absent, a plain /health check, or ours is (re)written; any other is the
-   operator's and is kept unless --force.
+   operator's and is kept unless --force. A failing run leaves its evidence where the kubelet reads the
+   container's termination message when it ends (a liveness kill too): its terminationMessagePath, never
+   changed, else Kubernetes' default /dev/termination-log.
 11. The startup guard: without a startupProbe and without initialDelaySeconds, a liveness probe runs
    while the model loads, fails, and the kubelet kills the container before it ever serves.
 12. Readiness (drain after --drain-after, 30 s, unless --no-ready): absent, a plain /health check or ours
    is (re)written; any other is kept unless --force.
+13. The window of an engine whose page cannot show a long request's progress (TensorRT-LLM's counts
+   tokens when a request finishes): its own (Dialect.window, far above vLLM's) where --window does not
+   say, written into the probe and said. (Readiness keeps --drain-after: an engine of such a page is
+   asked a request through the whole engine before it is drained.)
 """
 
 from __future__ import annotations
 
 from ..engines import DIALECTS
-from ..serving import PYZ_KEY, SERVING, Address, address, default_address, python_in
+from ..serving import (
+    LAUNCHER_KEY,
+    MOUNT,
+    PYZ_KEY,
+    SERVING,
+    TERMINATION_LOG,
+    Address,
+    address,
+    default_address,
+    python_in,
+)
 from .shell import (
     SHELLS,
     UNRESOLVED,
@@ -77,7 +100,17 @@ if TYPE_CHECKING:
 
     from ..serving import Serving
 
-__all__ = ["Choice", "Context", "Decision", "decide", "engine_of", "is_ours", "is_plain_health_check", "says_http"]
+__all__ = [
+    "Choice",
+    "Context",
+    "Decision",
+    "decide",
+    "engine_of",
+    "is_ours",
+    "is_plain_health_check",
+    "own_window",
+    "says_http",
+]
 
 # The roles a pod template plays: a plain pod, the leader of a LeaderWorkerSet group, one of its workers,
 # or the worker template of a set without a leader template (it makes the leader and the workers alike).
@@ -95,9 +128,9 @@ POD_ADDRESSES = ("status.podIP", "status.hostIP")
 
 class Choice:
     """What the options say about the choice: --container, --engine, --port, --host-address, --python,
-    --force, --drain-after given."""
+    --force; whether a readiness probe is asked (drain), and whether --window was given."""
 
-    __slots__ = ("container", "drain", "engine", "force", "host", "port", "python")
+    __slots__ = ("container", "drain", "engine", "force", "host", "port", "python", "window_given")
 
     def __init__(
         self,
@@ -109,6 +142,7 @@ class Choice:
         port: int | None = None,
         host: str | None = None,
         python: str | None = None,
+        window_given: bool = False,
     ) -> None:
         self.container = container
         self.engine = engine
@@ -117,19 +151,25 @@ class Choice:
         self.port = port
         self.host = host  # --host-address: a literal address, or $(VAR) naming one the probe reads
         self.python = python
+        self.window_given = window_given
 
 
 class Context:
     """What the input shows around a container: the ConfigMaps of its namespace that it holds (name to
-    data), and the ports of the Services of that namespace whose selector selects its pod."""
+    data), the ports of the Services of that namespace whose selector selects its pod, and its pod's
+    volumes."""
 
-    __slots__ = ("configmaps", "service_ports")
+    __slots__ = ("configmaps", "service_ports", "volumes")
 
     def __init__(
-        self, configmaps: Mapping[str, Mapping[str, str]] | None = None, service_ports: Sequence[Any] = ()
+        self,
+        configmaps: Mapping[str, Mapping[str, str]] | None = None,
+        service_ports: Sequence[Any] = (),
+        volumes: Sequence[Any] = (),
     ) -> None:
         self.configmaps = configmaps or {}
         self.service_ports = list(service_ports)
+        self.volumes = list(volumes)
 
 
 class Decision:
@@ -150,7 +190,9 @@ class Decision:
         "python",
         "readiness",
         "startup",
+        "termination",
         "why",
+        "window",
     )
 
     def __init__(
@@ -168,6 +210,8 @@ class Decision:
         startup: bool = False,
         liveness: str = "",
         readiness: str = "",
+        termination: str = TERMINATION_LOG,
+        window: float | None = None,
         notes: tuple[str, ...] = (),
     ) -> None:
         self.action = action
@@ -182,6 +226,8 @@ class Decision:
         self.startup = startup  # add the startup guard
         self.liveness = liveness  # "added", "replaced" or "ours"
         self.readiness = readiness  # "" (not asked), "added", "replaced", "ours" or "kept"
+        self.termination = termination  # the container's termination message file, for the probe's evidence
+        self.window = window  # the engine's own window, where --window does not say (None: the run's)
         self.notes = notes  # what else to say on stderr (an image inject does not know, a key out of reach)
 
     def __repr__(self) -> str:
@@ -205,9 +251,16 @@ def engine_of(container: Mapping[str, Any]) -> str | None:
     return next((d.name for d in DIALECTS if any(hint in word for hint in d.hints for word in words)), None)
 
 
+# The word that says a probe's command runs ours: the launcher's path (python3 -I -S /opt/stallprobe/probe
+# ...), or, in what an earlier release wrote, the archive's name inside its `-c` program.
+OURS = (f"{MOUNT}/{LAUNCHER_KEY}", PYZ_KEY)
+
+
 def is_ours(probe: Any) -> bool:
+    """Whether inject wrote this probe (this release or an earlier one): its command runs the launcher, or
+    names the archive."""
     command = probe.get("exec", {}).get("command") if isinstance(probe, dict) else None
-    return isinstance(command, list) and any(PYZ_KEY in str(word) for word in command)
+    return isinstance(command, list) and any(str(word) == OURS[0] or OURS[1] in str(word) for word in command)
 
 
 def _replacing(probe: Any, force: bool) -> str:
@@ -524,7 +577,7 @@ def _key(words: list[str], files: list[str], env: Env, engine: str | None) -> tu
     (`files`: as the kubelet fills them). Its own key variable needs nothing: the probe reads it by
     itself. The key is never copied."""
     serving = SERVING.get(str(engine))
-    if serving is None:
+    if serving is None or not serving.key_flags:  # TensorRT-LLM's server takes no key
         return (), ""
     flag = serving.key_flags[0]
     text = flag_value(words, serving.key_flags)
@@ -567,12 +620,101 @@ def _not_serving(lines: list[list[str]], engine: str | None) -> str:
         why = _worker(words)
         if why:
             return f"a multi-node worker: {why}"
+        if " ".join(words[:2]).rpartition("/")[2].startswith("trtllm-serve disaggregated"):
+            return (
+                "it runs `trtllm-serve disaggregated`, a router in front of TensorRT-LLM servers, without their metrics"
+            )
     serving = SERVING.get(str(engine))
     off = _metrics_off(lines, serving.metrics_off if serving else ())
     if off:
         family = next(d.running for d in DIALECTS if d.name == engine).partition(":")[0]  # vllm:num_... -> vllm
         return f"metrics are off ({off[0]}): {engine} publishes no {family}: family, so a probe could only fail"
     return ""
+
+
+def _options(text: str) -> set[str]:
+    """The top-level options a YAML text sets true, read a line at a time: `option: true` (or yes, on, 1,
+    quoted or not, a comment after it), a later line for the same option winning as in YAML."""
+    found: set[str] = set()
+    for line in text.splitlines():
+        option, colon, value = line.partition(":")
+        if colon and option == option.strip():
+            word = value.partition("#")[0].strip().strip("'\"").lower()
+            found = found | {option} if word in TRUE else found - {option}
+    return found
+
+
+def _mounted_file(container: Mapping[str, Any], context: Context, path: str) -> tuple[str, str, str] | str:
+    """The ConfigMap and its key that the file at `path` in the container is, and the key's text (by its
+    volume mounts, the deepest that holds the path, and its pod's volumes); or why inject cannot say."""
+    mounts = [m for m in container.get("volumeMounts") or [] if isinstance(m, dict)]
+    # A mount holds what is below its path; one of a subPath is also the file at its path.
+    holding = [
+        m
+        for m in mounts
+        if path.startswith(str(m.get("mountPath")).rstrip("/") + "/")
+        or (path == m.get("mountPath") and m.get("subPath"))
+    ]
+    if not holding:
+        return "no volume of the manifest is mounted there: the image's file, or one written at start"
+    mount = max(holding, key=lambda m: len(str(m.get("mountPath")).rstrip("/")))
+    below = path[len(str(mount.get("mountPath")).rstrip("/")) + 1 :]
+    inside = "/".join(part for part in (str(mount.get("subPath") or ""), below) if part)
+    volume = next((v for v in context.volumes if isinstance(v, dict) and v.get("name") == mount.get("name")), {})
+    source = volume.get("configMap")
+    if not isinstance(source, dict):
+        return f"its volume {mount.get('name')} is no ConfigMap"
+    name = str(source.get("name"))
+    items = source.get("items")
+    listed = (
+        {str(i.get("path")): str(i.get("key")) for i in items if isinstance(i, dict)} if isinstance(items, list) else {}
+    )
+    key = listed.get(inside) if isinstance(items, list) else inside
+    data = context.configmaps.get(name)
+    if data is None:
+        return f"ConfigMap {name}, which is not in the input"
+    if key not in data:
+        return f"ConfigMap {name} has no file {inside}"
+    return name, str(key), data[str(key)]
+
+
+def _config(container: Mapping[str, Any], words: list[str], engine: str | None, context: Context) -> str:
+    """What to say of the options of a config file the engine's page needs (rule 7): "" when the input
+    shows they are all set."""
+    serving = SERVING.get(str(engine))
+    if serving is None or not serving.config_needs:
+        return ""
+    needs = [f"{option}: true, {what}" for option, what in serving.config_needs]
+    unjudged = "every run falls back to its health route ('unjudged')"
+    path = flag_value(words, serving.config_flags)
+    if path is None:
+        return (
+            f"it runs with no {serving.config_shown} YAML, so what the probe reads is off: it needs "
+            f"{', and '.join(needs)}; without them {unjudged}"
+        )
+    found = _mounted_file(container, context, path) if UNRESOLVED not in path else "it depends on a variable"
+    if isinstance(found, str):
+        return (
+            f"inject cannot see {path} ({found}): the probe needs in it {', and '.join(needs)}; without them {unjudged}"
+        )
+    name, key, text = found
+    lacks = [need for need, (option, _) in zip(needs, serving.config_needs) if option not in _options(text)]
+    if not lacks:
+        return ""
+    them = "it" if len(lacks) == 1 else "them"
+    return f"its {path} (key {key} of ConfigMap {name}) lacks {', and '.join(lacks)}; without {them} {unjudged}"
+
+
+def own_window(engine: str | None, choice: Choice) -> float | None:
+    """The engine's own window where --window does not say (rule 13); None for the run's."""
+    own = next((d.window for d in DIALECTS if d.name == engine), None)
+    return None if choice.window_given else own
+
+
+def _termination(container: Mapping[str, Any]) -> str:
+    """The file the kubelet reads the container's termination message from (rule 10)."""
+    path = container.get("terminationMessagePath")
+    return path if isinstance(path, str) and path else TERMINATION_LOG
 
 
 def _guards(container: Mapping[str, Any], choice: Choice) -> tuple[str, bool, str]:
@@ -626,6 +768,8 @@ def decide(container: Mapping[str, Any], role: str, choice: Choice, context: Con
     standing_lines = command_lines(container, standing(env))
     key_words = [word for line in _servers(container, standing_lines, serving) or standing_lines for word in line]
     key, unreachable = _key(key_words, words, env, engine)
+    config = _config(container, words, engine, context)
+    window = own_window(engine, choice)
     liveness, startup, readiness = _guards(container, choice)
     if liveness == "kept":
         return Decision("keep", "not a plain /health check; --force replaces it", engine=engine)
@@ -641,5 +785,7 @@ def decide(container: Mapping[str, Any], role: str, choice: Choice, context: Con
         startup=startup,
         liveness=liveness,
         readiness=readiness,
-        notes=tuple(note for note in (python[1], unreachable) if note),
+        termination=_termination(container),
+        window=window,
+        notes=tuple(note for note in (python[1], unreachable, config) if note),
     )

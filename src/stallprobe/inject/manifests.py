@@ -110,14 +110,37 @@ def _is_json(text: str) -> bool:
     return text.lstrip()[:1] in ("{", "[")
 
 
+_REPRESENTER: list[Any] = []  # the representer class, made once (ruamel.yaml imported only when needed)
+
+
+def _representer() -> Any:
+    """ruamel.yaml's round-trip representer, but for a plain string of several lines (the launcher inject
+    ships in its ConfigMap), which it writes as a literal block (`|`), one line of YAML for each of its own,
+    rather than as one quoted line of `\\n`s: a reader of the manifest reads the program that runs. A string
+    read from the input keeps its own style (ruamel.yaml's types of str, each with its representer)."""
+    if not _REPRESENTER:
+        from ruamel.yaml.representer import RoundTripRepresenter
+
+        class Representer(RoundTripRepresenter):
+            def represent_lines(self, data: str) -> Any:
+                if "\n" not in data:
+                    return self.represent_str(data)
+                return self.represent_scalar("tag:yaml.org,2002:str", data, style="|")
+
+        Representer.add_representer(str, Representer.represent_lines)
+        _REPRESENTER.append(Representer)
+    return _REPRESENTER[0]
+
+
 def _yaml() -> Any:
     try:
         from ruamel.yaml import YAML
     except ImportError:
         raise InjectError(NO_RUAMEL) from None
     yaml = YAML(typ="rt")
+    yaml.Representer = _representer()
     yaml.preserve_quotes = True
-    yaml.width = 4096  # a folded `-c` program or URL reads worse and diffs worse than a long line
+    yaml.width = 4096  # a folded URL or a long word reads worse and diffs worse than a long line
     return yaml
 
 
