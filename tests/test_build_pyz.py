@@ -353,3 +353,34 @@ def test_the_help_page_comes_from_the_archive_beside_the_bundle(pyz: Path) -> No
     assert (asked.returncode, asked.stderr) == (0, "")
     assert asked.stdout.startswith("usage: stallprobe [--url URL]")
     assert "stallprobe/helppage.py" not in HOT
+
+
+def test_version_says_which_build_a_pod_runs(pyz: Path, tmp_path: Path) -> None:
+    """--version through the launcher in a ConfigMap's volume names the build by the hash inject names its
+    ConfigMap by (the archive, then the launcher), and the archive's own sha256 (a release's SHA256SUMS);
+    run as a zip, the archive's alone; installed, the version alone."""
+    import hashlib
+
+    from stallprobe import __version__
+    from stallprobe.inject.core import build_digest
+
+    data = pyz.read_bytes()
+    whole = build_digest(data)
+    own = hashlib.sha256(data).hexdigest()
+    launched = subprocess.run(
+        [sys.executable, "-I", "-S", str(mounted(pyz, tmp_path / "opt-stallprobe")), "--version"],
+        capture_output=True, text=True, check=False, timeout=60,
+    )  # fmt: skip
+    assert (launched.returncode, launched.stderr) == (0, "")
+    assert launched.stdout == (
+        f"stallprobe {__version__} (build {whole[:10]}: sha256 {whole} of {PYZ_KEY} and {LAUNCHER_KEY}; "
+        f"{PYZ_KEY} sha256 {own})\n"
+    )
+    direct = subprocess.run(
+        [sys.executable, "-I", "-S", str(pyz), "--version"], capture_output=True, text=True, check=False, timeout=60
+    )
+    assert direct.stdout == f"stallprobe {__version__} ({PYZ_KEY} sha256 {own})\n"
+    installed = subprocess.run(
+        [sys.executable, "-m", "stallprobe", "--version"], capture_output=True, text=True, check=False, timeout=60
+    )
+    assert installed.stdout == f"stallprobe {__version__}\n"

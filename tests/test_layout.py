@@ -36,6 +36,7 @@ LAYERS = {
     "stallprobe.trace": 6,  # the container's log and its termination message file
     "stallprobe.pyz": 2,
     "stallprobe.console": 2,  # stdout and stderr, when they may be closed
+    "stallprobe.buildinfo": 1,  # what --version says: the version, and the build a single-file probe runs
     # The words of a look: its line, its exit code, its precision note (reads the dialect's printing).
     "stallprobe.report": 3,
     # The one judge of a look (what it means, what is said, what is remembered), over the detector's rules.

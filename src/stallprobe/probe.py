@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 
-from . import __version__
 from .console import emit, show, tell
 from .errors import BadAnswer, BugError, ExitCode, MetricsError, StallprobeError, StateFileError, UsageError
 from .evidence import evidence
@@ -343,7 +342,11 @@ def main(argv: Sequence[str], environ: Mapping[str, str]) -> int:
     started = time.monotonic()
     config = configure(argv, environ)
     if isinstance(config, str):
-        return show(help_text() if config == "help" else f"stallprobe {__version__}")
+        if config == "help":
+            return show(help_text())
+        from .buildinfo import version_line
+
+        return show(version_line())
     assert isinstance(config, Config)
     config.started = started
     try:

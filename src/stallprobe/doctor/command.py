@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from .. import __version__
+from ..buildinfo import version_line
 from ..console import emit, tell
 from ..credentials import api_key, key_source
 from ..errors import ExitCode, OutputError
@@ -172,7 +172,7 @@ def main(
     """`stallprobe doctor [options]`: look, then report (or print help or the version); the exit code."""
     config = configure(argv, environ)
     if isinstance(config, str):
-        _Out().line(help_text() if config == "help" else f"stallprobe {__version__}")
+        _Out().line(help_text() if config == "help" else version_line())
         return ExitCode.OK
     try:
         return run(config, clock, sleep)

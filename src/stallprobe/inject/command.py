@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import sys
 
-from .. import __version__
+from ..buildinfo import version_line
 from ..console import abandon_stdout, tell
 from ..engines import ENGINE_NAMES
 from ..errors import ExitCode, InjectError, OutputError
@@ -207,7 +207,7 @@ def main(argv: Sequence[str]) -> int:
     """`stallprobe inject ...`: the manifests to stdout, the log to stderr; the exit code."""
     config = parse(argv, InjectConfig)
     if isinstance(config, str):
-        _emit((help_text() if config == "help" else f"stallprobe {__version__}") + "\n")
+        _emit((help_text() if config == "help" else version_line()) + "\n")
         return ExitCode.OK
     said: list[str] = []
     if config.print_probe:

@@ -175,9 +175,9 @@ def main(argv: Sequence[str], environ: Mapping[str, str]) -> int:
     """
     config = configure(argv, environ)
     if isinstance(config, str):
-        from .. import __version__
+        from ..buildinfo import version_line
 
-        return show(help_text() if config == "help" else f"stallprobe {__version__}")
+        return show(help_text() if config == "help" else version_line())
     assert isinstance(config, WatchConfig)
     # Said where a load balancer follows the readiness rule (/ready or the agent): what a drain window is for.
     routed = config.listen is not None or config.agent is not None
