@@ -23,7 +23,7 @@ from .detector import (
 )
 from .errors import ExitCode, MetricsError, ScrapeError, StallprobeError, StateFileError, UsageError
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "DEFAULT_SATURATION",
