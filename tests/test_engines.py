@@ -239,6 +239,31 @@ def test_with_names_keeps_what_is_not_overridden() -> None:
     assert VLLM.with_names().engine_label == "engine"
 
 
+@pytest.mark.parametrize("dialect", DIALECTS, ids=lambda dialect: dialect.name)
+def test_with_names_and_no_override_is_the_same_dialect(dialect: Dialect) -> None:
+    same = dialect.with_names()
+    assert {slot: getattr(same, slot) for slot in Dialect.__slots__} == {
+        slot: getattr(dialect, slot) for slot in Dialect.__slots__
+    }
+
+
+@pytest.mark.parametrize(
+    ("dialect", "paused"),
+    [
+        (VLLM, ("", "")),
+        (SGLANG, ("", "")),
+        (LLAMACPP, ("", "")),
+        (LMDEPLOY, ("status", "sleeping")),
+        (TRTLLM, ("", "")),
+    ],
+)
+def test_only_lmdeploy_says_paused_in_its_health_answer(dialect: Dialect, paused: tuple[str, str]) -> None:
+    # LMDeploy's /health answers 200 {"status": "sleeping"} asleep; no other engine's health says so.
+    assert dialect.health_paused == paused
+    fork = Dialect("fork", running="r", waiting="w", prompt="p", generation="g", port=1, hints=())
+    assert fork.health_paused == ("", "")
+
+
 # --- several engines behind one page
 
 

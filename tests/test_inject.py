@@ -1180,3 +1180,62 @@ def test_report_only_writes_the_probes_flag_into_liveness_alone() -> None:
     assert c["livenessProbe"]["exec"]["command"][-1] == "--report-only"
     assert c["readinessProbe"] == HEALTH
     assert "readiness" not in log[0]
+
+
+# --- --pyz checked against the sha256 a release lists (scripts/release writes SHA256SUMS beside the archive)
+
+
+def test_pyz_is_checked_against_the_sha256_given_and_a_mismatch_writes_nothing() -> None:
+    build = REPO / "tests" / "fixtures" / "inject-golden" / "fixed.pyz"
+    digest = hashlib.sha256(build.read_bytes()).hexdigest()
+    good = run_inject(MANIFEST, "--pyz", str(build), "--pyz-sha256", digest.upper())
+    assert good.returncode == 0, good.stderr
+    assert f"--pyz {build}: sha256 {digest}, as --pyz-sha256 says" in good.stderr
+    assert good.stdout == run_inject(MANIFEST, "--pyz", str(build)).stdout
+    bad = run_inject(MANIFEST, "--pyz", str(build), "--pyz-sha256", "0" * 64)
+    assert (bad.returncode, bad.stdout) == (2, "")
+    assert bad.stderr == (
+        f"stallprobe inject: --pyz {build}: its sha256 is {digest}, not the {'0' * 64} --pyz-sha256 says: "
+        "nothing written\n"
+    )
+    for wrong in ("abc", "g" * 64, ""):
+        refused = run_inject(MANIFEST, "--pyz", str(build), "--pyz-sha256", wrong)
+        assert (refused.returncode, refused.stdout) == (2, ""), wrong
+        assert "--pyz-sha256" in refused.stderr
+        assert refused.stderr.count("\n") == 1
+    alone = run_inject(MANIFEST, "--pyz-sha256", digest)
+    assert (alone.returncode, alone.stdout) == (2, "")
+    assert "--pyz-sha256" in alone.stderr
+    assert "--pyz" in alone.stderr
+
+
+def test_pyz_is_checked_against_the_sha256sums_beside_it(tmp_path: Path) -> None:
+    """A release's folder as scripts/release writes it: the archive and SHA256SUMS (`sha256sum` format, the
+    binary-mode star too). Listed and matching: injected, and stderr says what it matched; listed with
+    another sum: refused, nothing written; SHA256SUMS there but the archive not listed: refused (a
+    release's folder with a stray file); no SHA256SUMS: the archive ships as it is, as before."""
+    pyz = tmp_path / "stallprobe.pyz"
+    pyz.write_bytes((REPO / "tests" / "fixtures" / "inject-golden" / "fixed.pyz").read_bytes())
+    digest = hashlib.sha256(pyz.read_bytes()).hexdigest()
+    sums = tmp_path / "SHA256SUMS"
+    plain = run_inject(MANIFEST, "--pyz", str(pyz))
+    assert plain.returncode == 0
+    assert "sha256" not in plain.stderr
+    for line in (f"{digest}  stallprobe.pyz\n", f"{digest} *stallprobe.pyz\n"):
+        sums.write_text(f"{'1' * 64}  probe\n{line}")
+        listed = run_inject(MANIFEST, "--pyz", str(pyz))
+        assert listed.returncode == 0, listed.stderr
+        assert f"--pyz {pyz}: sha256 {digest}, as {sums} says" in listed.stderr
+        assert listed.stdout == plain.stdout
+    sums.write_text(f"{'1' * 64}  stallprobe.pyz\n")
+    other = run_inject(MANIFEST, "--pyz", str(pyz))
+    assert (other.returncode, other.stdout) == (2, "")
+    assert f"its sha256 is {digest}, not the {'1' * 64} {sums} says: nothing written" in other.stderr
+    sums.write_text(f"{digest}  probe\n")
+    unlisted = run_inject(MANIFEST, "--pyz", str(pyz))
+    assert (unlisted.returncode, unlisted.stdout) == (2, "")
+    assert unlisted.stderr == (
+        f"stallprobe inject: --pyz {pyz}: {sums} lists no stallprobe.pyz once: give --pyz-sha256 HEX\n"
+    )
+    given = run_inject(MANIFEST, "--pyz", str(pyz), "--pyz-sha256", digest)  # the flag wins over the file
+    assert given.returncode == 0, given.stderr

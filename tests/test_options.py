@@ -36,6 +36,8 @@ READS: dict[object, object] = {
     readers.read_address: tuple[str, int],
     readers.read_command: tuple[str, ...],
     readers.read_waiting: bool | None,
+    readers.read_sha256: str,
+    readers.read_output_format: str,
 }
 # Options whose default is not of the attribute's type because the command resolves it after parsing.
 RESOLVED = {(ProbeConfig, "state_file")}
@@ -82,6 +84,8 @@ def sample_text(option: Option) -> str:
         readers.read_address: "127.0.0.1:0",
         readers.read_command: "true now",
         readers.read_waiting: "never",
+        readers.read_sha256: "ab" * 32,
+        readers.read_output_format: "json",
     }
     return texts[option.read]
 
@@ -140,3 +144,36 @@ def test_the_probe_reads_the_engines_key_variable_and_its_help_says_so() -> None
 def test_a_value_that_does_not_read_names_the_flag() -> None:
     with pytest.raises(UsageError, match=r"--window must be a number > 0 \(got 'soon'\)"):
         parse(["--window", "soon"], ProbeConfig)
+
+
+# (argv, the usage error): flags that contradict each other, refused by the parser (Settings.verify), not
+# by the command that later reads them.
+CONTRADICTIONS = [
+    (["--no-ready", "--drain-after", "20"], "--drain-after sets the readiness probe, which --no-ready leaves out"),
+    (["--port", "8000"], "--port needs --container NAME"),
+    (["--host-address", "10.0.0.1"], "--host-address needs --container NAME"),
+    (["--container", "c", "--host-address", "engine.local"], "--host-address must be an IP address, localhost"),
+    (["--pyz-sha256", "ab" * 32], "--pyz-sha256 checks the archive --pyz names: give --pyz FILE too"),
+    (["--output", "json"], "--output says how --print-probe prints: give --print-probe too"),
+    (["--print-probe", "--output", "toml"], "--output must be yaml or json (got 'toml')"),
+    (["--pyz", "x.pyz", "--pyz-sha256", "abc"], "--pyz-sha256 must be a sha256: 64 hexadecimal digits"),
+]
+
+
+@pytest.mark.parametrize(("argv", "error"), CONTRADICTIONS)
+def test_flags_that_contradict_each_other_are_the_parser_s_usage_error(argv: list[str], error: str) -> None:
+    from stallprobe.inject.core import InjectConfig
+
+    with pytest.raises(UsageError) as raised:
+        parse(argv, InjectConfig)
+    assert str(raised.value).startswith(error)
+
+
+def test_flags_that_agree_parse() -> None:
+    from stallprobe.inject.core import InjectConfig
+
+    config = parse(
+        ["--print-probe", "--output", "json", "--port", "8000", "--pyz", "x", "--pyz-sha256", "AB" * 32], InjectConfig
+    )
+    assert isinstance(config, InjectConfig)
+    assert (config.output, config.port, config.pyz_sha256) == ("json", 8000, "ab" * 32)

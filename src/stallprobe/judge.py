@@ -357,7 +357,7 @@ def would_be_stuck(rules: Rules, previous: Mapping[str, State] | None, samples: 
 
 
 def would_be_stalled(
-    rules: Rules, previous: Mapping[str, State] | None, samples: Mapping[str, Sample], *, ready: bool = False
+    rules: Rules, previous: Mapping[str, State] | None, samples: Mapping[str, Sample], *, ready: bool
 ) -> bool:
     """Whether the engine would be judged stalled (with `ready`, drained too: frozen for --drain-after):
     only then is an engine whose page cannot show a long request's progress asked to answer a request

@@ -22,8 +22,10 @@ from .readers import (
     read_metric_name,
     read_non_negative,
     read_nonempty,
+    read_output_format,
     read_port,
     read_positive,
+    read_sha256,
     read_switch,
     read_url,
     read_variable_name,
@@ -86,6 +88,7 @@ __all__ = [
     "PROMPT_METRIC",
     "PYTHON",
     "PYZ",
+    "PYZ_SHA256",
     "READY",
     "REPORT_ONLY",
     "REPORT_ONLY_FILE",
@@ -512,7 +515,22 @@ CONFIGMAP = Option(
     "a fixed name for the ConfigMap that carries the probe",
     shown="stallprobe-HASH from the build's sha256, after the workloads' app.kubernetes.io/instance if one",
 )
-PYZ = Option("--pyz", "FILE", read_nonempty, None, "a stallprobe.pyz to ship", shown="built from this installation")
+PYZ = Option(
+    "--pyz",
+    "FILE",
+    read_nonempty,
+    None,
+    "a stallprobe.pyz to ship, checked against --pyz-sha256 or a release's SHA256SUMS beside it",
+    shown="built from this installation",
+)
+PYZ_SHA256 = Option(
+    "--pyz-sha256",
+    "HEX",
+    read_sha256,
+    None,
+    "with --pyz: the sha256 the archive must have, else nothing is written",
+    shown="the SHA256SUMS beside --pyz, if there is one",
+)
 PYTHON = Option(
     "--python",
     "PYTHON",
@@ -573,7 +591,7 @@ HOST_ADDRESS = Option(
     "10.0.0.5, or $(VAR) for a variable holding the pod's IP); --print-probe's",
     shown="from the manifest",
 )
-OUTPUT = Option("--output", "FORMAT", read_nonempty, "yaml", "with --print-probe: yaml or json")
+OUTPUT = Option("--output", "FORMAT", read_output_format, "yaml", "with --print-probe: yaml or json")
 
 # How an engine's page is read and judged: the same for the probe, watch, and the probes inject writes.
 ENGINE_OPTIONS = (
@@ -644,6 +662,7 @@ INJECT = (
     STATE_VOLUME,
     CONFIGMAP,
     PYZ,
+    PYZ_SHA256,
     PYTHON,
     DRAIN_AFTER,
     NO_READY,

@@ -25,8 +25,10 @@ __all__ = [
     "read_metric_name",
     "read_non_negative",
     "read_nonempty",
+    "read_output_format",
     "read_port",
     "read_positive",
+    "read_sha256",
     "read_switch",
     "read_url",
     "read_variable_name",
@@ -187,6 +189,20 @@ def read_nonempty(name: str, text: str) -> str:
     if not text:
         raise UsageError(f"{name} must not be empty")
     return text
+
+
+def read_output_format(name: str, text: str) -> str:
+    if text not in ("yaml", "json"):
+        raise UsageError(f"{name} must be yaml or json (got {shown(text)})")
+    return text
+
+
+def read_sha256(name: str, text: str) -> str:
+    """A sha256 in hex, as sha256sum prints it (either case; kept lower)."""
+    value = text.strip().lower()
+    if len(value) != 64 or not all(ch in "0123456789abcdef" for ch in value):
+        raise UsageError(f"{name} must be a sha256: 64 hexadecimal digits (got {shown(text)})")
+    return value
 
 
 def read_dns_name(name: str, text: str) -> str:

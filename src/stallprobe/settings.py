@@ -46,6 +46,10 @@ class Settings:
                 raise TypeError(f"{type(self).__name__} has no setting {attribute!r}")
             setattr(self, attribute, value)
 
+    def verify(self) -> None:
+        """The command's rules across its flags, checked by the parser once every flag is read: UsageError
+        when two given flags contradict each other (none here; a command's class adds its own)."""
+
 
 class EngineSettings(Settings):
     """How an engine's page is read and judged (ENGINE_OPTIONS): the same for the probe, watch and the
@@ -185,6 +189,7 @@ def _parse(argv: Sequence[str], into: type[T], environ: Mapping[str, str] | None
             setattr(config, option.attribute, tuple(read) if option.repeats else read[0])
     config.given = frozenset(raw)
     config.positional = tuple(rest)
+    config.verify()
     return config
 
 

@@ -94,6 +94,9 @@ def _pyz(config: InjectConfig, log: list[str]) -> bytes:
         pyz = _read(path, "--pyz", MAX_PYZ)
         if len(pyz) > MAX_PYZ:
             raise InjectError(f"--pyz {_shown(path)} is larger than 1 MiB, more than a ConfigMap holds")
+        said = _verified(path, pyz, config.pyz_sha256)
+        if said:
+            log.append(said)
         return pyz
     from ..pyz import PythonNotHere, build
 
@@ -105,6 +108,37 @@ def _pyz(config: InjectConfig, log: list[str]) -> bytes:
             f"CPU a run); the pods' probes run {config.python}"
         )
         return build(None)
+
+
+# What a release lists its files' sha256 in, beside them (scripts/release; `sha256sum -c` reads it).
+SUMS = "SHA256SUMS"
+
+
+def _verified(path: str, pyz: bytes, expected: str | None) -> str:
+    """Check --pyz's archive against --pyz-sha256, else against the SHA256SUMS beside it (a release's): the
+    log's line saying what it matched. InjectError on a mismatch (nothing is written), and for a
+    SHA256SUMS that is there but lists no such file. With neither, "": the archive ships as it is (an
+    archive built by hand, as before there were releases)."""
+    import hashlib
+    import os
+
+    actual = hashlib.sha256(pyz).hexdigest()
+    source = "--pyz-sha256"
+    if expected is None:
+        sums = os.path.join(os.path.dirname(path), SUMS)
+        if not os.path.exists(sums):
+            return ""
+        name = os.path.basename(path)
+        text = decode(_read(sums, SUMS, MAX_PYZ))
+        listed = [line.split()[0].lower() for line in text.splitlines() if line.split()[1:] in ([name], [f"*{name}"])]
+        if len(listed) != 1:
+            raise InjectError(f"--pyz {_shown(path)}: {_shown(sums)} lists no {name} once: give --pyz-sha256 HEX")
+        expected, source = listed[0], _shown(sums)
+    if actual != expected:
+        raise InjectError(
+            f"--pyz {_shown(path)}: its sha256 is {actual}, not the {expected} {source} says: nothing written"
+        )
+    return f"--pyz {_shown(path)}: sha256 {actual}, as {source} says"
 
 
 def _emit(text: str) -> None:
@@ -170,8 +204,6 @@ def _print_probe(config: InjectConfig, log: list[str]) -> str:
     port = config.port
     if engine == "auto" or port is None:
         raise InjectError(f"--print-probe needs --engine ({', '.join(ENGINE_NAMES[1:])}) and --port")
-    if config.output not in ("yaml", "json"):
-        raise InjectError(f"--output must be yaml or json (got {config.output!r})")
     plan = plan_of(config)
     pyz = _pyz(config, log)
     name = configmap_name(config, pyz)

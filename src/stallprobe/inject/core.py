@@ -107,28 +107,35 @@ class InjectConfig(EngineSettings):
     port: int | None
     host_address: str | None
     output: str
+    pyz_sha256: str | None
+
+    def verify(self) -> None:
+        """inject's rules across its flags: what contradicts, and what one flag needs of another."""
+        if self.no_ready and "drain_after" in self.given:
+            raise UsageError("--drain-after sets the readiness probe, which --no-ready leaves out: give one of them")
+        if self.port is not None and self.container is None and not self.print_probe:
+            # One port for every engine in a chart would probe some on a port that is not theirs.
+            raise UsageError("--port needs --container NAME: it is the port of the one container it names")
+        given = self.host_address
+        if given is not None and self.container is None and not self.print_probe:
+            raise UsageError("--host-address needs --container NAME: it is the address of the one container it names")
+        if given is not None and address(given) is None and not _reference(given):
+            raise UsageError(
+                f"--host-address must be an IP address, localhost, or $(VAR) naming a variable that holds one "
+                f"(got {given!r})"
+            )
+        if self.pyz_sha256 is not None and self.pyz is None:
+            raise UsageError("--pyz-sha256 checks the archive --pyz names: give --pyz FILE too")
+        if "output" in self.given and not self.print_probe:
+            raise UsageError("--output says how --print-probe prints: give --print-probe too")
 
 
 def plan_of(config: InjectConfig) -> Plan:
     """The stanza's plan from the configuration: the probe's engine flags that were given, as its command
     line takes them (--window and --engine are always written, so left out here; --report-only goes to
     the liveness probe alone, as the readiness probe, which only moves traffic, acts even then: the
-    second stage of a rollout), and the readiness probe unless --no-ready leaves it out. UsageError when
-    --no-ready and --drain-after are both given."""
-    asked = "drain_after" in config.given
-    if config.no_ready and asked:
-        raise UsageError("--drain-after sets the readiness probe, which --no-ready leaves out: give one of them")
-    if config.port is not None and config.container is None and not config.print_probe:
-        # One port for every engine in a chart would probe some on a port that is not theirs.
-        raise UsageError("--port needs --container NAME: it is the port of the one container it names")
-    given = config.host_address
-    if given is not None and config.container is None and not config.print_probe:
-        raise UsageError("--host-address needs --container NAME: it is the address of the one container it names")
-    if given is not None and address(given) is None and not _reference(given):
-        raise UsageError(
-            f"--host-address must be an IP address, localhost, or $(VAR) naming a variable that holds one "
-            f"(got {given!r})"
-        )
+    second stage of a rollout), and the readiness probe unless --no-ready leaves it out (the parser has
+    checked the flags against each other: InjectConfig.verify)."""
     return Plan(
         window=config.window,
         timeout=config.timeout,
