@@ -565,10 +565,11 @@ def test_trtllm_during_a_long_generation_is_judged_with_its_own_window_and_told_
     assert run["generate"].endswith("It is itself a request that finishes: it moves the page's counters")
     assert trtllm.count("/health_generate") == 1  # asked once, after the looks
     assert run["drain"] == (
-        "readiness takes an engine out of routing once it has been busy with nothing moving for --drain-after (30 "
-        "s), asking nothing first, and this page holds still through a long generation: a healthy engine leaves "
-        "routing 30 s into every long request, until a request finishes. Give --drain-after above the longest "
-        "request, or leave readiness to its health route"
+        "this page holds still through a long generation, so readiness, once an engine has been busy with nothing "
+        "moving for --drain-after (30 s), asks /health_generate (a one-token generation through the whole engine) "
+        "before it takes the engine out of routing: an answer within 5 s keeps it in, none drains it (an engine "
+        "too busy to answer in time leaves routing until a request finishes). Give --drain-after above the longest "
+        "request to ask it less often"
     )
     assert run["in short"].startswith("suspect: busy with no progress for 2.0 s. If nothing moves, readiness takes it")
     assert (
@@ -577,9 +578,10 @@ def test_trtllm_during_a_long_generation_is_judged_with_its_own_window_and_told_
     )
     command = run.command()
     assert command[4:] == ["--url", url, "--window", "1800", "--timeout", "2", "--engine", "trtllm"]
+    # inject writes the engine's own window itself (inject.decide.own_window): the command does not say it
     # 2 s for the scrape, 5 s for /health_generate (api.CONFIRM_TIMEOUT), 2 s to start
     assert run.probes()["livenessProbe"]["timeoutSeconds"] == 9
-    assert run["inject"] == "stallprobe inject -f your-deployment.yaml --window 1800 --timeout 2 | kubectl apply -f -"
+    assert run["inject"] == "stallprobe inject -f your-deployment.yaml --timeout 2 | kubectl apply -f -"
 
 
 def test_trtllm_with_a_window_given_is_judged_with_it(trtllm: StubEngine) -> None:

@@ -189,6 +189,9 @@ def test_the_pod_stanzas_run_the_probe(served: StubEngine, tmp_path: Path) -> No
         assert "-m" not in command  # runpy: ~8 ms a run for nothing
         argv = [sys.executable, *(word.replace("/opt/stallprobe/stallprobe.pyz", str(pyz)) for word in command[1:])]
         argv = [word.replace("http://127.0.0.1:8000/metrics", served.url) for word in argv]
+        # the kubelet's file, here in the test's own folder (never the host's /dev/termination-log)
+        message = tmp_path / f"{n}.termination-log"
+        argv = [word.replace("/dev/termination-log", str(message)) for word in argv]
         state = tmp_path / f"{n}.state"
         argv += ["--state-file", str(state)]
         ready = "--ready" in command
@@ -199,3 +202,7 @@ def test_the_pod_stanzas_run_the_probe(served: StubEngine, tmp_path: Path) -> No
         second = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=30, check=False)
         assert second.returncode == 1, second.stdout
         assert second.stdout.startswith("not ready: stalled" if ready else "stalled"), second.stdout
+        # liveness leaves its evidence for the restarted container's last state; readiness writes none
+        left = message.read_text() if message.exists() else ""
+        assert (left == "") is ready, left
+        assert left.startswith("--- stallprobe: liveness failed (exit 1): stalled") is not ready, left

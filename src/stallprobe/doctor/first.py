@@ -14,7 +14,7 @@ from ..exposition import has_samples, is_declared
 from ..judge import Memory
 from ..observe import observe
 from ..scrape import exchange, status_error
-from ..serving import SERVING
+from ..serving import SERVING, TrtllmServing
 from ..urls import parse_url
 
 TYPE_CHECKING = False
@@ -36,8 +36,8 @@ _FASTAPI_FAMILIES = ("http_requests_total", "http_request_duration_highr_seconds
 # mounted only with return_perf_metrics (tensorrt_llm/serve/openai_server.py, register_routes), and its
 # per-iteration families (the running gauge among them) are fed only with enable_iter_perf_stats on the
 # PyTorch backend (the loop _iteration_stats_collector_loop is started only then).
-TRT_PAGE_OPTION = "return_perf_metrics: true"
-TRT_ITERATION_OPTION = "enable_iter_perf_stats: true"
+# Named once, in what inject knows of its server (serving.TrtllmServing.config_needs).
+TRT_PAGE_OPTION, TRT_ITERATION_OPTION = (f"{option}: true" for option, _ in TrtllmServing.config_needs)
 # Its /metrics is no Prometheus page: get_iteration_stats answers the iteration statistics buffered since
 # the last read as a JSON list, and empties the buffer.
 TRT_JSON_METRICS = (

@@ -69,20 +69,15 @@ def probes(url: str, dialect: Dialect, stanza_plan: Plan) -> dict[str, Any]:
 
 def inject_command(settings: LookSettings, args: list[str], *, engine_needed: bool, engine: str) -> list[str]:
     """The `stallprobe inject` command that writes these probes: the same flags (inject reads the engine
-    from the container, so --engine only where the page alone does not tell). inject writes the probe's
-    default window unless told: an engine with its own window gets it said."""
-    from ..engines import dialect_named
-
+    from the container, so --engine only where the page alone does not tell). An engine's own window is
+    inject's to write too (inject.decide.own_window), so only a window given here is said."""
     command = ["stallprobe", "inject", "-f", "your-deployment.yaml"]
     if engine_needed:
         command += ["--engine", engine]
     command += args
-    own = dialect_named(engine)
     for flag, key in (("--window", "window"), ("--timeout", "timeout"), ("--drain-after", "drain_after")):
         if key in settings.given:
             command += [flag, num(getattr(settings, key))]
-        elif key == "window" and own is not None and own.window is not None:
-            command += [flag, num(own.window)]
     return command
 
 

@@ -288,16 +288,29 @@ def moves_lines(dialect: Dialect, page: bytes | None) -> Topics:
 
 
 def drain_lines(config: LookSettings, dialect: Dialect, window: float) -> Topics:
-    """For an engine whose page holds still through a long request (one with a window of its own): that
-    readiness drains at --drain-after all the same, asking nothing first."""
+    """For an engine whose page holds still through a long request (one with a window of its own): what
+    readiness does at --drain-after, where the page alone would drain a healthy engine. With a route through
+    the whole engine (Dialect.confirm_route), readiness asks it first (judge.would_be_stalled, ready=True)."""
     if dialect.window is None or config.drain_after >= window:
         return []
-    text = (
-        f"readiness takes an engine out of routing once it has been busy with nothing moving for --drain-after "
-        f"({num(config.drain_after)} s), asking nothing first, and this page holds still through a long "
-        f"generation: a healthy engine leaves routing {num(config.drain_after)} s into every long request, until "
-        "a request finishes. Give --drain-after above the longest request, or leave readiness to its health route"
-    )
+    after = f"busy with nothing moving for --drain-after ({num(config.drain_after)} s)"
+    if dialect.confirm_route:
+        from ..api import CONFIRM_TIMEOUT
+
+        text = (
+            f"this page holds still through a long generation, so readiness, once an engine has been {after}, "
+            f"asks {dialect.confirm_route} (a one-token generation through the whole engine) before it takes the "
+            f"engine out of routing: an answer within {num(CONFIRM_TIMEOUT)} s keeps it in, none drains it (an "
+            "engine too busy to answer in time leaves routing until a request finishes). Give --drain-after above "
+            "the longest request to ask it less often"
+        )
+    else:
+        text = (
+            f"readiness takes an engine out of routing once it has been {after}, and this page holds still through "
+            f"a long generation: a healthy engine leaves routing {num(config.drain_after)} s into every long "
+            "request, until a request finishes. Give --drain-after above the longest request, or leave readiness "
+            "to its health route"
+        )
     return [("drain", text)]
 
 
