@@ -871,22 +871,24 @@ def test_the_configmap_ships_the_launcher_as_text_and_is_named_by_both_files(tmp
     assert "`cat stallprobe.pyz probe | sha256sum`" in (REPO / "docs" / "kubernetes.md").read_text()
 
 
-def test_an_earlier_releases_c_program_and_its_configmap_are_replaced() -> None:
+def test_an_earlier_releases_c_program_is_replaced_and_its_configmap_kept() -> None:
     """What an earlier release wrote (`python3 -I -S -c "<a launcher naming the archive>"`, and a ConfigMap
-    holding the archive alone) is ours: a run rewrites both probes to run the launcher, and its build's
-    ConfigMap, which nothing mounts any more, becomes the new one (launcher and archive) in its place."""
+    holding the archive alone) is ours: a run rewrites both probes to run the launcher, and adds the new
+    build's ConfigMap (launcher and archive) beside the earlier one, which the old ReplicaSet's pods and a
+    roll-back still mount."""
     earlier = (REPO / "tests" / "fixtures" / "inject-golden" / "inputs" / "earlier-release.injected.yaml").read_text()
     old = next(yaml.safe_load_all(earlier))["spec"]["template"]["spec"]["volumes"][0]["configMap"]["name"]
     built = f"kind: ConfigMap\napiVersion: v1\nmetadata: {{name: {old}, namespace: inference}}\n"
     done = run_inject(f"{earlier}---\n{built}binaryData: {{stallprobe.pyz: UEs=}}\n", "--pyz", os.devnull)
     assert done.returncode == 0, done.stderr
-    deployment, _, configmap = yaml.safe_load_all(done.stdout)  # the Service between them
+    deployment, _, earlier_map, configmap = yaml.safe_load_all(done.stdout)  # the Service between them
     for probe in ("livenessProbe", "readinessProbe"):
         command = deployment["spec"]["template"]["spec"]["containers"][0][probe]["exec"]["command"]
         assert command[:4] == ["python3", "-I", "-S", LAUNCHER_PATH]
         assert "-c" not in command
     assert (configmap["metadata"]["name"], configmap["data"]) == (EMPTY, {"probe": launcher()})
-    assert f"configmap/{old} in namespace inference: replaced by configmap/{EMPTY}" in done.stderr
+    assert earlier_map == yaml.safe_load(f"{built}binaryData: {{stallprobe.pyz: UEs=}}\n")
+    assert f"configmap/{old} in namespace inference: kept beside configmap/{EMPTY}" in done.stderr
     assert "replaced the liveness probe" in done.stderr
 
 
@@ -914,7 +916,8 @@ def test_a_rerun_keeps_the_kill_switch_an_operator_turned_on_and_says_so() -> No
     newer = run_inject(json.dumps([deployment, configmap]), "--pyz", str(build))
     assert newer.returncode == 0, newer.stderr
     items = json.loads(newer.stdout)["items"]
-    assert [item["kind"] for item in items] == ["Deployment", "ConfigMap"]  # the old one replaced in place
+    assert [item["kind"] for item in items] == ["Deployment", "ConfigMap", "ConfigMap"]  # the old one kept
+    assert items[1] == configmap
     assert items[-1]["metadata"]["name"] != EMPTY
     assert items[-1]["data"]["report-only"] == "true"
     assert f"kept the report-only key of configmap/{EMPTY} ('true': on)" in newer.stderr
@@ -941,23 +944,29 @@ def test_the_configmap_is_mounted_whole_so_the_switch_reaches_running_pods() -> 
 
 def test_a_new_build_is_a_new_configmap_and_rolls_the_workload() -> None:
     """The pod template names the build's ConfigMap by its content: a new build changes the template (the
-    Deployment rolls), the probe's command stays as it was, and the old ConfigMap, which nothing mounts any
-    more, becomes the new one in its place."""
+    Deployment rolls), the probe's command stays as it was, and the old ConfigMap stays beside the new one
+    (the old ReplicaSet's pods and `kubectl rollout undo` mount it), said with how to delete it."""
     service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "llm", "namespace": "inference"}}
     first, _, _ = inject([workload("Deployment", pod_spec(container())), service], InjectConfig(), b"one")
     one, two = (build_name(build) for build in (b"one", b"two"))
     assert names_of(first) == ([one], [one])
     command = copy.deepcopy(probe_of(first[0])["exec"]["command"])
     second, log, changed = inject(copy.deepcopy(first), InjectConfig(), b"two")
-    assert [doc["kind"] for doc in second] == ["Deployment", "Service", "ConfigMap"]  # no second ConfigMap
-    assert names_of(second) == ([two], [two])
-    assert changed == {0, 2}
-    assert base64.b64decode(second[2]["binaryData"]["stallprobe.pyz"]) == b"two"
+    assert [doc["kind"] for doc in second] == ["Deployment", "Service", "ConfigMap", "ConfigMap"]
+    assert names_of(second) == ([two], [one, two])
+    assert changed == {0, 3}
+    assert second[2] == first[2]
+    assert base64.b64decode(second[3]["binaryData"]["stallprobe.pyz"]) == b"two"
     assert probe_of(second[0])["exec"]["command"] == command  # only the volume's configMap.name moved
     assert log[-1] == (
-        f"configmap/{one} in namespace inference: replaced by configmap/{two}, the build the probes now mount "
-        "(pods still running the old one keep their copy until they are replaced)"
+        f"configmap/{one} in namespace inference: kept beside configmap/{two}, the build the probes now mount: "
+        "the pods of earlier revisions mount it (a rolling update's old ReplicaSet, `kubectl rollout undo`), and "
+        "a pod whose ConfigMap is gone does not start. Once none does, delete it: kubectl delete configmap "
+        f"{one} -n inference (docs/kubernetes.md: Upgrades and roll-backs)"
     )
+    again, log, changed = inject(copy.deepcopy(second), InjectConfig(), b"two")
+    assert (again, changed) == (second, set())
+    assert not any(line.startswith("configmap/") for line in log)  # said once, at the upgrade
     again, log, changed = inject(copy.deepcopy(second), InjectConfig(), b"two")
     assert (again, changed) == (second, set())
     assert "already injected, unchanged" in log[0]
@@ -972,7 +981,7 @@ def test_the_fixed_name_of_earlier_versions_is_brought_to_the_new_one() -> None:
     assert (kept, changed) == (earlier, set())
     moved, _, _ = inject(copy.deepcopy(earlier), InjectConfig(), b"v2")
     name = build_name(b"v2")
-    assert names_of(moved) == ([name], [name])
+    assert names_of(moved) == ([name], ["stallprobe", name])
     for doc in moved:
         validate(doc)
 
@@ -1036,16 +1045,16 @@ def test_the_configmap_is_the_install_s_only_when_every_workload_says_the_same_o
     assert names_of(out) == ([name, name], [name])
 
 
-def test_an_earlier_build_s_configmap_becomes_the_release_s() -> None:
-    """The output of an earlier version (the ConfigMap `stallprobe-OLDHASH`, shared by every install) is
-    brought to the release's own name, in place."""
+def test_an_earlier_build_s_configmap_is_kept_beside_the_release_s() -> None:
+    """The output of an earlier version (the ConfigMap `stallprobe-OLDHASH`, shared by every install) moves
+    to the release's own name; the earlier one stays for the pods of earlier revisions."""
     docs = [released(workload("Deployment", pod_spec(container())), "llama")]
     earlier, _, _ = inject(docs, InjectConfig(configmap="stallprobe-0123456789"), b"v1")
     moved, log, _ = inject(copy.deepcopy(earlier), InjectConfig(), b"v2")
     name = "llama-" + build_name(b"v2")
-    assert names_of(moved) == ([name], [name])
-    assert [doc["kind"] for doc in moved] == ["Deployment", "ConfigMap"]
-    assert log[-1].startswith(f"configmap/stallprobe-0123456789 in namespace inference: replaced by configmap/{name}")
+    assert names_of(moved) == ([name], ["stallprobe-0123456789", name])
+    assert [doc["kind"] for doc in moved] == ["Deployment", "ConfigMap", "ConfigMap"]
+    assert log[-1].startswith(f"configmap/stallprobe-0123456789 in namespace inference: kept beside configmap/{name}")
 
 
 def test_an_old_configmap_a_workload_still_mounts_is_kept() -> None:
@@ -1060,32 +1069,32 @@ def test_an_old_configmap_a_workload_still_mounts_is_kept() -> None:
     assert not any(line.startswith("configmap/") for line in log)
 
 
-def test_the_same_run_on_json_and_a_list_replaces_the_old_build_in_place() -> None:
+def test_the_same_run_on_json_and_a_list_keeps_the_old_build() -> None:
     doc = workload("Pod", pod_spec(container()))
     first = run_inject(json.dumps(doc), "--pyz", os.devnull, "--configmap", "stallprobe")
     assert first.returncode == 0, first.stderr
     second = run_inject(first.stdout, "--pyz", os.devnull)
     assert second.returncode == 0, second.stderr
     items = json.loads(second.stdout)["items"]
-    assert names_of(items) == ([EMPTY], [EMPTY])
-    assert [item["kind"] for item in items] == ["Pod", "ConfigMap"]
+    assert names_of(items) == ([EMPTY], ["stallprobe", EMPTY])
+    assert [item["kind"] for item in items] == ["Pod", "ConfigMap", "ConfigMap"]
     assert run_inject(second.stdout, "--pyz", os.devnull).stdout == second.stdout
 
 
-def test_in_yaml_the_old_build_is_rewritten_where_it_was() -> None:
-    """The ConfigMap an earlier version wrote keeps its place and its comment; the documents around it keep
-    their bytes."""
+def test_in_yaml_the_old_build_keeps_its_bytes_and_the_new_one_comes_last() -> None:
+    """The ConfigMap an earlier version wrote keeps its place, its comment and its bytes; the new build's
+    comes after the last document."""
     first = run_inject(MANIFEST, "--pyz", os.devnull, "--configmap", "stallprobe")
     assert first.returncode == 0, first.stderr
     earlier = first.stdout.replace("kind: ConfigMap\n", "kind: ConfigMap  # the probe's build\n")
     second = run_inject(earlier + "---\nkind: Service\napiVersion: v1\nmetadata: {name: s}\n", "--pyz", os.devnull)
     assert second.returncode == 0, second.stderr
     docs = list(yaml.safe_load_all(second.stdout))
-    assert [d["kind"] for d in docs] == ["Deployment", "Pod", "ConfigMap", "Service"]
-    assert names_of(docs) == ([EMPTY, EMPTY], [EMPTY])
-    assert "kind: ConfigMap  # the probe's build\n" in second.stdout
-    assert second.stdout.endswith("---\nkind: Service\napiVersion: v1\nmetadata: {name: s}\n")
-    assert "configmap/stallprobe in namespace inference: replaced by configmap/" in second.stderr
+    assert [d["kind"] for d in docs] == ["Deployment", "Pod", "ConfigMap", "Service", "ConfigMap"]
+    assert names_of(docs) == ([EMPTY, EMPTY], ["stallprobe", EMPTY])
+    old = earlier[earlier.index("kind: ConfigMap  # the probe's build\n") :]
+    assert f"{old}---\nkind: Service\napiVersion: v1\nmetadata: {{name: s}}\n---\n" in second.stdout
+    assert "configmap/stallprobe in namespace inference: kept beside configmap/" in second.stderr
     assert run_inject(second.stdout, "--pyz", os.devnull).stdout == second.stdout
 
 

@@ -512,13 +512,27 @@ def _mounted(volumes: Any) -> str | None:
     return None
 
 
+# What tells the applying tools not to delete a build's ConfigMap once it leaves the manifests: the pods of
+# earlier revisions (a rolling update's old ReplicaSet, `kubectl rollout undo`) still mount it, and a pod
+# whose ConfigMap is gone never starts. Helm (resource policy), Argo CD (sync option) and Flux
+# (kustomize-controller) each read their own; the operator deletes it once nothing mounts it
+# (docs/kubernetes.md, Upgrades and roll-backs).
+KEEP = (
+    ("helm.sh/resource-policy", "keep"),
+    ("argocd.argoproj.io/sync-options", "Prune=false"),
+    ("kustomize.toolkit.fluxcd.io/prune", "disabled"),
+)
+
+
 def configmap(name: str, namespace: str | None, pyz: bytes) -> dict[str, Any]:
     """The build's ConfigMap: the launcher as text (the file the pod's command runs: a reader of the
-    manifest sees what runs), then the archive, in base64."""
+    manifest sees what runs), then the archive, in base64; annotated so that no applying tool prunes it
+    while earlier revisions may mount it (KEEP)."""
     metadata: dict[str, Any] = {"name": name}
     if namespace is not None:
         metadata["namespace"] = namespace
     metadata["labels"] = {"app.kubernetes.io/name": "stallprobe", "app.kubernetes.io/version": __version__}
+    metadata["annotations"] = dict(KEEP)
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -591,16 +605,29 @@ def _kept_switch(name: str, where: str, namespace: str | None, held: str, value:
     )
 
 
+def _kept_build(old: str, name: str, where: str, namespace: str | None) -> str:
+    """What inject says of the earlier build's ConfigMap it keeps beside the new one: who still mounts it,
+    and how to delete it once nothing does (docs/kubernetes.md, Upgrades and roll-backs)."""
+    flag = f" -n {namespace}" if namespace is not None else ""
+    return (
+        f"configmap/{old}{where}: kept beside configmap/{name}, the build the probes now mount: the pods of "
+        "earlier revisions mount it (a rolling update's old ReplicaSet, `kubectl rollout undo`), and a pod "
+        "whose ConfigMap is gone does not start. Once none does, delete it: kubectl delete configmap "
+        f"{old}{flag} (docs/kubernetes.md: Upgrades and roll-backs)"
+    )
+
+
 def inject(docs: list[Any], config: InjectConfig, pyz: bytes) -> tuple[list[Any], list[str], set[int]]:
     """Inject into every manifest of `docs` (changed in place) as `config` says, shipping the build `pyz`;
     the documents to write, the log, and the indexes (in the returned list) of the documents that changed.
 
     The ConfigMaps come last: one per namespace of an injected workload. Where the input already holds
     one of that name and namespace (the output of an earlier run), that one is brought up to date; else
-    where it holds the build's ConfigMap of an earlier version that the rewritten volumes named and no
-    pod template names any more, that one becomes the new one, in its place: the output is what should
-    be applied, and holds no build nothing mounts (the pods still running the old build keep their
-    mounted copy; whether the old object leaves the cluster is the applying tool's prune). A `report-only`
+    the new one is added. The build's ConfigMap of an earlier version that the rewritten volumes named is
+    kept as it was, beside it, and said: the pods of earlier revisions (a rolling update's old
+    ReplicaSet, `kubectl rollout undo`) mount it, and a pod whose ConfigMap is gone never starts, so the
+    output must not let an applying tool's prune delete it; the operator deletes it once nothing mounts
+    it (docs/kubernetes.md, Upgrades and roll-backs). A `report-only`
     key (the kill switch, which an operator adds in place) that the input's ConfigMap of this build, or
     of the build the probes mounted before, holds is kept in the new one, and said: a re-apply never
     undoes the switch in silence. UsageError when the configuration contradicts itself.
@@ -654,18 +681,13 @@ def inject(docs: list[Any], config: InjectConfig, pyz: bytes) -> tuple[list[Any]
         if held is not None:
             wanted["data"][REPORT_ONLY_KEY] = held[1]
             walk.log.append(_kept_switch(walk.name, where, namespace, *held))
-        if existing:
-            index, doc = existing[0]
-        elif stale:
-            index, doc, old = stale[0]
-            walk.log.append(
-                f"configmap/{old}{where}: replaced by configmap/{walk.name}, the build the probes now mount "
-                "(pods still running the old one keep their copy until they are replaced)"
-            )
-        else:
+        for _, _, old in stale:
+            walk.log.append(_kept_build(old, walk.name, where, namespace))
+        if not existing:
             docs.append(wanted)
             changed.add(len(docs) - 1)
             continue
+        index, doc = existing[0]
         if doc != wanted:
             doc.clear()
             doc.update(wanted)
