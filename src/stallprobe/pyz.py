@@ -36,7 +36,7 @@ import subprocess
 import zipfile
 from pathlib import Path
 
-from .errors import UsageError
+from .errors import UsageError, shown
 from .serving import PYZ_KEY
 
 __all__ = ["HOT", "SOMETIMES", "PythonNotHere", "build", "bytecode", "launcher"]
@@ -254,17 +254,13 @@ class PythonNotHere(UsageError):
     none): the archive can still be built, without the bytecode for it."""
 
 
-def _shown(python: str) -> str:
-    return python if python.isprintable() else repr(python)  # a path with a newline stays on one line
-
-
 def _compile(python: str, job: dict[str, object]) -> tuple[int, str, str]:
     """Run COMPILE under `python` in a session of its own, killed with whatever it started when it hangs:
     (its exit status, stdout, the line of its stderr that says what went wrong)."""
     import os
     import signal
 
-    shown = _shown(python)
+    named = shown(python)
     try:
         proc = subprocess.Popen(
             [python, "-I", "-S", "-c", COMPILE],
@@ -274,9 +270,9 @@ def _compile(python: str, job: dict[str, object]) -> tuple[int, str, str]:
             start_new_session=True,
         )
     except FileNotFoundError as exc:  # the image's interpreter, which this machine need not have
-        raise PythonNotHere(f"--python {shown}: {exc.strerror} here") from None
+        raise PythonNotHere(f"--python {named}: {exc.strerror} here") from None
     except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
-        raise UsageError(f"--python {shown}: {getattr(exc, 'strerror', None) or exc}") from None
+        raise UsageError(f"--python {named}: {getattr(exc, 'strerror', None) or exc}") from None
     with proc:
         try:
             out, err = proc.communicate(json.dumps(job).encode("utf-8"), timeout=COMPILE_TIMEOUT)
@@ -286,7 +282,7 @@ def _compile(python: str, job: dict[str, object]) -> tuple[int, str, str]:
                 proc.communicate(timeout=5)
             except subprocess.TimeoutExpired:  # a grandchild in a session of its own keeps the pipes open
                 pass
-            raise UsageError(f"--python {shown} did not compile the probe within {COMPILE_TIMEOUT:g} s") from None
+            raise UsageError(f"--python {named} did not compile the probe within {COMPILE_TIMEOUT:g} s") from None
     lines = err.decode("utf-8", "replace").strip().splitlines() or [""]
     # A Python traceback ends with what went wrong; anything else (a usage message) starts with it.
     said = lines[-1] if lines[0].startswith("Traceback") else lines[0]
@@ -299,14 +295,14 @@ def bytecode(python: str, entries: list[tuple[str, bytes]]) -> tuple[str, bytes]
     it cannot be run, fails, hangs, or answers as no Python does."""
     sources = {name: data.decode("utf-8") for name, data in entries if name in HOT}
     status, out, last = _compile(python, {"boot": BOOT, "modules": sources})
-    shown = _shown(python)
+    named = shown(python)
     if status != 0:
-        raise UsageError(f"--python {shown} could not compile the probe: {last or f'exit status {status}'}")
+        raise UsageError(f"--python {named} could not compile the probe: {last or f'exit status {status}'}")
     try:
         result = json.loads(out)
         return str(result["version"]), bytes.fromhex(result["bundle"])
     except (ValueError, KeyError, TypeError, AttributeError):
-        raise UsageError(f"--python {shown} did not answer as a Python interpreter does") from None
+        raise UsageError(f"--python {named} did not answer as a Python interpreter does") from None
 
 
 def sources(package: Path) -> list[tuple[str, bytes]]:
