@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 from conftest import configmap_volume, rewind, vllm_page
-from stallprobe.pyz import BUNDLE_AT, BUNDLE_CODE_AT, HOT, TOOLS, launcher
+from stallprobe.launcher import BUNDLE_AT, BUNDLE_CODE_AT, launcher
+from stallprobe.pyz import HOT, TOOLS
 from stallprobe.serving import LAUNCHER_KEY, PYZ_KEY
 from stubengine import StubEngine
 from test_cost import OFF_THE_HOT_PATH

@@ -27,8 +27,9 @@ import yaml
 from conftest import REPO, configmap_volume, fixture_page, vllm_page
 from stallprobe.doctor import DoctorConfig, configure, help_text, main
 from stallprobe.errors import EXIT_TABLE, ExitCode
+from stallprobe.launcher import launcher
 from stallprobe.options import DOCTOR
-from stallprobe.pyz import build, launcher
+from stallprobe.pyz import build
 from stallprobe.serving import LAUNCHER_KEY, PYZ_KEY, TERMINATION_LOG
 from stallprobe.stanza import LAUNCHER_PATH, PYZ_DIR
 from stubengine import Route, StubEngine

@@ -28,7 +28,7 @@ from stallprobe.inject import LAUNCHER_PATH, Choice, InjectConfig, decide, engin
 from stallprobe.inject.core import TEMPLATE_PATHS
 from stallprobe.inject.manifests import MAX_BYTES, MAX_DEPTH, MAX_NODES, NO_RUAMEL
 from stallprobe.inject.shell import k8s_expand
-from stallprobe.pyz import launcher
+from stallprobe.launcher import launcher
 from stallprobe.serving import TERMINATION_LOG
 from stallprobe.settings import parse
 from stallprobe.stanza import PYZ_DIR

@@ -24,7 +24,7 @@ import yaml
 from conftest import REPO, validate
 from stallprobe.engines import dialect_named
 from stallprobe.errors import ExitCode
-from stallprobe.pyz import launcher
+from stallprobe.launcher import launcher
 
 MANIFESTS = REPO / "tests" / "fixtures" / "manifests"
 # The ConfigMap of the empty build every run here ships (--pyz /dev/null) and its launcher, named by their

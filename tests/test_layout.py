@@ -34,7 +34,8 @@ LAYERS = {
     "stallprobe.statefile": 5,  # the judge's memory, between two runs
     "stallprobe.killswitch": 2,  # the report-only switch's file
     "stallprobe.trace": 6,  # the container's log and its termination message file
-    "stallprobe.pyz": 2,
+    "stallprobe.launcher": 1,  # the file a pod runs, and the archive's layout it reads
+    "stallprobe.pyz": 2,  # the builder of the single-file probe
     "stallprobe.console": 2,  # stdout and stderr, when they may be closed
     "stallprobe.buildinfo": 1,  # what --version says: the version, and the build a single-file probe runs
     # The words of a look: its line, its exit code, its precision note (reads the dialect's printing).

@@ -17,7 +17,7 @@ from . import __version__
 __all__ = ["build_files", "version_line"]
 
 # The package's entry inside the archive: its spec's origin is the archive's path, then one of these
-# (zipimport's, and the bundle's loader's: pyz.BOOT).
+# (zipimport's, and the bundle's loader's: launcher.BOOT).
 _INSIDE = ("/stallprobe/__init__.py", "/stallprobe.py")
 
 

@@ -44,7 +44,7 @@ __all__ = [
 # Where the pod mounts the ConfigMap of the single-file build and its launcher (serving.py names them).
 PYZ_DIR = MOUNT
 PYZ_PATH = f"{PYZ_DIR}/{PYZ_KEY}"
-# The pod runs the launcher (pyz.launcher(): a script file, which goes through no runpy), not the
+# The pod runs the launcher (launcher.launcher(): a script file, which goes through no runpy), not the
 # archive as `python3 stallprobe.pyz`: running a zip goes through runpy, which costs a run several ms of
 # CPU for nothing (docs/cost.md has both rows).
 LAUNCHER_PATH = f"{PYZ_DIR}/{LAUNCHER_KEY}"

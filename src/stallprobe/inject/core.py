@@ -13,8 +13,8 @@ import hashlib
 from .. import __version__
 from ..engines import health_route
 from ..errors import UsageError
+from ..launcher import launcher
 from ..options import INJECT, PASSED_ON
-from ..pyz import launcher
 from ..report import drain_warning, num
 from ..serving import LAUNCHER_KEY, LOOPBACK, PYZ_KEY, REPORT_ONLY_KEY, address
 from ..settings import EngineSettings, given_flags
