@@ -96,7 +96,9 @@ def prune(tmp_path: Path, objects: list[dict[str, Any]], names: list[str]) -> li
     the lines it prints."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
-    fake = bin_dir / "kubectl"
+    command = prune_command()
+    tool = command.splitlines()[1].split()[0]  # the cluster's client the docs' command calls (kubectl)
+    fake = bin_dir / tool
     fake.write_text(f"#!{sys.executable}\n{KUBECTL}")
     fake.chmod(0o755)
     env = {
@@ -105,7 +107,7 @@ def prune(tmp_path: Path, objects: list[dict[str, Any]], names: list[str]) -> li
         "FAKE_CONFIGMAPS": json.dumps(names),
     }
     done = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", prune_command()],
+        ["bash", "-euo", "pipefail", "-c", command],
         capture_output=True,
         text=True,
         cwd=tmp_path,
