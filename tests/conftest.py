@@ -123,6 +123,15 @@ def run_probe(*args: str, env: dict[str, str] | None = None, timeout: float = 60
     )
 
 
+def probe_line(url: str, state: str | Path, *args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
+    """The exact command a pod runs (`python3 -m stallprobe --url URL --state-file STATE --timeout 1 ARGS`,
+    run_probe): its exit code and its one line, with nothing on stderr."""
+    result = run_probe("--url", url, "--state-file", str(state), "--timeout", "1", *args, env=env)
+    assert result.stderr == ""
+    assert result.stdout.count("\n") == 1, result.stdout
+    return result.returncode, result.stdout.rstrip("\n")
+
+
 # Real pages written by real servers, each with where it came from in tests/fixtures/real/SOURCES.md.
 FIXTURES = REPO / "tests" / "fixtures" / "real"
 
