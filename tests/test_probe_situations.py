@@ -246,7 +246,7 @@ def test_a_canary_that_gets_a_wrong_answer_is_one_line_and_its_code(
     state = tmp_path / "probe.state"
     stub.routes["/v1/models"] = models
     stub.routes["/v1/completions"] = completions
-    # --strict: the canary's own verdict (without it, the health route decides: tests/test_fallback.py).
+    # --strict: the canary's own verdict (without it, the health route decides: tests/test_probe_health_fallback.py).
     probe_line(stub.url, state, "--canary", "--strict")
     got, line = probe_line(stub.url, state, "--canary", "--strict")
     assert got == code, line
