@@ -201,7 +201,9 @@ def vllm_engines_page(
 
 
 class RawServer:
-    """A misbehaving HTTP server on loopback: each connection is handed to `behave(conn)` in a thread.
+    """A misbehaving HTTP server on loopback: each connection is handed to `behave(conn)` in a thread. Raw
+    sockets, for the faults an HTTP server (the stub engine's, pytest-httpserver) cannot stage: a connection
+    dropped mid-body, accepted and never answered, an answer trickled a byte at a time, a reset.
 
     Every wait inside a behaviour is bounded (`stop` is set at teardown), so no test can hang on it.
     """
