@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import selectors
 import shutil
 import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -33,12 +35,79 @@ def refused_url() -> str:
     return f"http://127.0.0.1:{port}/metrics"
 
 
+# What a command run by a test must not inherit from the test runner's environment: the probe's own
+# settings (STALLPROBE_*), the engines' (VLLM_*, LLAMA_*: doctor reads a server's flags from them), and the
+# terminal's size (COLUMNS, LINES: watch's table and --help would wrap to the runner's terminal).
+UNCLEAN = ("STALLPROBE_", "VLLM_", "LLAMA_", "COLUMNS", "LINES")
+
+
 def clean_env(**extra: str) -> dict[str, str]:
-    """This process's environment without any STALLPROBE_* setting (a probe run must not read the test
-    runner's), and with `extra`: the environment every test gives the commands it runs."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith("STALLPROBE_")}
+    """This process's environment without any setting in UNCLEAN, and with `extra`: the environment every
+    test gives the commands it runs (in a subprocess or in this process)."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith(UNCLEAN)}
     env.update(extra)
     return env
+
+
+class FakeClock:
+    """A monotonic clock that moves only when told: `now += s`, or `sleep(s)` where the code takes a sleep
+    (doctor's `main(..., clock=, sleep=)`); `then(clock)`, if given, runs at each sleep before the clock
+    moves (an engine that changes between two looks). Time passes for watch and doctor run in this process
+    without anyone waiting."""
+
+    def __init__(self, now: float = 1000.0, then: Callable[[FakeClock], None] | None = None) -> None:
+        self.now = now
+        self.pauses: list[float] = []
+        self.then = then
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.pauses.append(seconds)
+        if self.then is not None:
+            self.then(self)
+        self.now += seconds
+
+
+# The bound on a real wait for a socket that a fake clock's selector needs ready: far above what a loaded
+# 2-core machine needs, and never reached by a test that passes.
+SOCKET_WAIT = 60.0
+
+
+class JumpingSelector(selectors.DefaultSelector):
+    """A real selector (for watch's loop, `Flights(clock, selector=...)`) whose waits take no time on the
+    fake clock while an answer can still come, and jump the clock by the whole wait once nothing can: when
+    the sockets open are only those that `silent()` says will never be answered. `late` swallows the first
+    answer that is ready to read and jumps the clock by that much instead, as if the loop had been busy
+    elsewhere while it arrived."""
+
+    def __init__(self, clock: FakeClock, silent: Callable[[], int] = lambda: 0, late: float = 0.0) -> None:
+        super().__init__()
+        self.clock = clock
+        self.silent = silent
+        self.late = late
+        self.jumped = 0.0
+        self.most_open = 0
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        bound = time.monotonic() + SOCKET_WAIT
+        while time.monotonic() < bound:
+            opened = len(self.get_map()) - 1  # the loop's own wake-up socket is always there
+            self.most_open = max(self.most_open, opened)
+            events: list[tuple[selectors.SelectorKey, int]] = super().select(0.01)
+            if self.late and any(mask & selectors.EVENT_READ and key.data is not None for key, mask in events):
+                self.clock.now += self.late
+                self.jumped += self.late
+                self.late = 0.0
+                return []
+            if events or timeout == 0:
+                return events
+            if opened <= self.silent() and timeout is not None:
+                self.clock.now += timeout
+                self.jumped += timeout
+                return []
+        raise AssertionError("no socket became ready and the wait could not jump")
 
 
 def run_probe(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -52,6 +121,15 @@ def run_probe(*args: str, env: dict[str, str] | None = None, timeout: float = 60
         timeout=timeout,
         check=False,
     )
+
+
+def probe_line(url: str, state: str | Path, *args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
+    """The exact command a pod runs (`python3 -m stallprobe --url URL --state-file STATE --timeout 1 ARGS`,
+    run_probe): its exit code and its one line, with nothing on stderr."""
+    result = run_probe("--url", url, "--state-file", str(state), "--timeout", "1", *args, env=env)
+    assert result.stderr == ""
+    assert result.stdout.count("\n") == 1, result.stdout
+    return result.returncode, result.stdout.rstrip("\n")
 
 
 # Real pages written by real servers, each with where it came from in tests/fixtures/real/SOURCES.md.
@@ -123,7 +201,9 @@ def vllm_engines_page(
 
 
 class RawServer:
-    """A misbehaving HTTP server on loopback: each connection is handed to `behave(conn)` in a thread.
+    """A misbehaving HTTP server on loopback: each connection is handed to `behave(conn)` in a thread. Raw
+    sockets, for the faults an HTTP server (the stub engine's, pytest-httpserver) cannot stage: a connection
+    dropped mid-body, accepted and never answered, an answer trickled a byte at a time, a reset.
 
     Every wait inside a behaviour is bounded (`stop` is set at teardown), so no test can hang on it.
     """
@@ -398,3 +478,49 @@ def served() -> Iterator[Any]:
 
     with StubEngine() as stub:
         yield stub
+
+
+class WatchOnFakeClock:
+    """`stallprobe watch ARGS` run in this process (cli.main) with every clock it reads made one fake
+    clock: its Watch's (it takes one: `Watch(..., flights=Flights(clock, selector=...))`) and its loop's
+    (command.time: the --interval sleep, --once's pause between its polls), so a window, a drain window
+    or a cooldown passes without anyone waiting. Each look goes through a JumpingSelector: a scrape
+    deadline passes, too, once only the `silent` endpoints (servers that never answer) are left open.
+    `run(..., polls=N)` interrupts the loop at its Nth sleep, as Ctrl-C does; its output is capsys's."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from types import SimpleNamespace
+
+        from stallprobe.watch import command
+        from stallprobe.watch.loop import Flights
+        from stallprobe.watch.poll import Watch, WatchConfig
+
+        self.clock = FakeClock(then=self._slept)
+        self.silent = 0
+        self.left: int | None = None
+
+        def watch(config: WatchConfig, environ: Mapping[str, str]) -> Watch:
+            selector = JumpingSelector(self.clock, lambda: self.silent)
+            return Watch(config, environ, flights=Flights(self.clock, selector=selector))
+
+        monkeypatch.setattr(command, "time", SimpleNamespace(monotonic=self.clock, sleep=self.clock.sleep))
+        monkeypatch.setattr(command, "Watch", watch)
+
+    def _slept(self, clock: FakeClock) -> None:
+        if self.left is not None:
+            self.left -= 1
+            if self.left <= 0:
+                raise KeyboardInterrupt
+
+    def run(self, *args: str, polls: int | None = None) -> int:
+        """The exit code of `stallprobe watch ARGS`, stopped after `polls` polls (None: it ends itself)."""
+        from stallprobe.cli import main
+
+        self.left = polls
+        return main(["watch", *args], clean_env())
+
+
+@pytest.fixture
+def fake_watch(monkeypatch: pytest.MonkeyPatch) -> WatchOnFakeClock:
+    """`stallprobe watch` in this process on a fake clock (WatchOnFakeClock)."""
+    return WatchOnFakeClock(monkeypatch)

@@ -1,5 +1,5 @@
-"""One stub engine for the whole test suite: a real threaded HTTP server on loopback (the standard library's
-http.server), with an inference engine's routes and a state the test sets.
+"""One stub engine for the whole test suite: a real threaded HTTP server on loopback (pytest-httpserver's,
+the server the design names for the tests), with an inference engine's routes and a state the test sets.
 
 - `GET /metrics`: the page of the engine's dialect (vLLM, SGLang or llama.cpp's server, as conftest writes
   them) for its state: running and waiting requests (vLLM: by reason, when given), the token counters,
@@ -19,18 +19,29 @@ http.server), with an inference engine's routes and a state the test sets.
   (`unwedge()`, `resume()`, `wake()`), which lets the held completions through.
 
 Every wait inside is bounded by `close()` (each fixture's teardown), so no test can hang on this server.
+
+pytest-httpserver stages every answer here: pages, statuses, headers, delays, an answer held until
+release(). One fault it cannot stage, since its handler must answer: a held request dropped unanswered at
+close(); that one reaches for the raw socket (`_drop`). The faults of a server that misbehaves at the
+socket (a connection dropped mid-body, accepted and never answered, a trickle, a reset) are
+conftest.RawServer's, a raw socket server of its own.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import re
 import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http import HTTPStatus
 from types import TracebackType
 from urllib.parse import urlsplit
+
+from pytest_httpserver import HTTPServer
+from werkzeug import Request, Response
 
 from conftest import llamacpp_page, sglang_page, vllm_page
 
@@ -65,15 +76,18 @@ class Route:
         self.hang = hang
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request: object, client_address: object) -> None:
-        return  # a client that gave up (a probe's deadline) is not the test's failure
+# The server logs every request it serves: a suite's thousands of lines, and none a test reads.
+logging.getLogger("werkzeug").addHandler(logging.NullHandler())
+logging.getLogger("werkzeug").setLevel(logging.ERROR)
 
 
-class _Server6(_Server):
-    address_family = socket.AF_INET6  # bound to an IPv6 address (::1) only
+class _Server(HTTPServer):
+    """pytest-httpserver's server, threaded (an answer held must not hold the others), its loop looking for
+    shutdown every 50 ms rather than every 500 (the suite starts and stops a thousand of them)."""
+
+    def thread_target(self) -> None:
+        assert self.server is not None
+        self.server.serve_forever(poll_interval=0.05)
 
 
 class Seen:
@@ -132,25 +146,12 @@ class StubEngine:
             "/v1/models": Route(self.models, content_type="application/json"),
             **{path: Route(self.completion, content_type="application/json") for path in GENERATION},
         }
-        engine = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def _answer(self) -> None:
-                engine._serve(self)
-
-            do_GET = do_POST = _answer
-
-            def log_message(self, format: str, *args: object) -> None:
-                return
-
-        self.server = (_Server6 if ":" in host else _Server)((host, 0), Handler)
-        self.port: int = self.server.server_address[1]
+        self.server = _Server(host, 0, threaded=True)
+        self.server.expect_request(re.compile(".*")).respond_with_handler(self._serve)
+        self.server.start()
+        self.port: int = self.server.port
         self.base = f"http://{f'[{host}]' if ':' in host else host}:{self.port}"
         self.url = f"{self.base}/metrics"
-        self._thread = threading.Thread(
-            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, name=f"stub {self.port}", daemon=True
-        )
-        self._thread.start()
 
     # --- what the test sets
 
@@ -294,46 +295,60 @@ class StubEngine:
                 return False
             hang = False
 
-    def _serve(self, handler: BaseHTTPRequestHandler) -> None:
-        length = int(handler.headers.get("Content-Length") or 0)
-        body = handler.rfile.read(length) if length else b""
-        headers = {name.lower(): value for name, value in handler.headers.items()}
+    def _serve(self, request: Request) -> Response:
+        target = str(request.environ.get("RAW_URI") or request.full_path.rstrip("?"))  # as it came, query and all
+        body = request.get_data()
+        headers = {name.lower(): value for name, value in request.headers.items()}
         with self._lock:
-            self.requests.append(Seen(handler.command, handler.path, headers, body, time.monotonic()))
-        path = urlsplit(handler.path).path
+            self.requests.append(Seen(request.method, target, headers, body, time.monotonic()))
+        path = urlsplit(target).path
         route = self.routes.get(path)
         if self.key and path != "/health" and headers.get("authorization") != f"Bearer {self.key}":
             route = Route(
                 b'{"error": {"code": 401, "message": "Invalid API Key", "type": "authentication_error"}}', 401
             )
         if route is None:
-            handler.send_response(404)
-            handler.send_header("Content-Length", "0")
-            handler.end_headers()
-            return
+            return Response(b"", _status_line(404))
         if not self._held(path, route.hang):
-            return
+            return _drop(request)
         if route.delay and self._closing.wait(route.delay):
-            return
+            return _drop(request)
         answer = route.make()
-        handler.send_response(route.status)
-        handler.send_header("Content-Type", route.content_type)
-        for name, value in route.headers.items():
-            handler.send_header(name, value)
-        handler.send_header("Content-Length", str(len(answer)))
-        handler.end_headers()
-        handler.wfile.write(answer)
+        response = Response(answer, _status_line(route.status), headers=route.headers)
+        response.headers["Content-Type"] = route.content_type  # as given: no charset added
+        return response
 
     def close(self) -> None:
         """Stop serving; everything held is dropped unanswered."""
         self._closing.set()
         with self._lock:
             self._gate.set()
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.stop()
 
     def __enter__(self) -> StubEngine:
         return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
+
+
+def _status_line(code: int) -> str:
+    """The status as the standard library's servers (and the engines') word it: `401 Unauthorized`, where
+    werkzeug would write `401 UNAUTHORIZED`."""
+    try:
+        return f"{code} {HTTPStatus(code).phrase}"
+    except ValueError:
+        return str(code)
+
+
+def _drop(request: Request) -> Response:
+    """A request dropped unanswered (held until close()): pytest-httpserver's handler must answer, so this
+    one fault is staged on the raw socket, shut before anything is written; what is then written fails,
+    and the server lets a client that went away go."""
+    conn = request.environ.get("werkzeug.socket")
+    if isinstance(conn, socket.socket):
+        try:
+            conn.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # already gone
+    return Response(b"", _status_line(503))

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import NEEDS, REPO
 
 DOCS = REPO / "docs"
 PAGES = sorted(DOCS.glob("*.md"))
 # Every page a newcomer meets, and the repository's own files they may link to.
-READ = [REPO / "README.md", REPO / "CONTRIBUTING.md", *PAGES]
+READ = [REPO / "README.md", REPO / "CONTRIBUTING.md", REPO / "tests" / "README.md", *PAGES]
 # Words that point at documents the reader of this repository does not have.
 ELSEWHERE = re.compile(r"the incident|incident write-up|the seed|feature request|issue \d+|/work/", re.IGNORECASE)
 
@@ -26,6 +26,30 @@ def test_there_is_a_page_for_each_subject() -> None:
         "how-it-decides", "engines", "kubernetes", "pools", "alerts", "failure-modes", "cost", "reference", "where",
     }  # fmt: skip
     assert names == expected
+
+
+TESTS = REPO / "tests"
+
+
+def test_the_tests_readme_names_every_file_of_the_tests() -> None:
+    """tests/README.md maps each behaviour to the file that checks it: every Python file under tests/ is
+    named there, and every file it names is there."""
+    named = set(re.findall(r"`(\w+\.py)`", (TESTS / "README.md").read_text(encoding="utf-8")))
+    files = {path.name for path in TESTS.glob("*.py")}
+    assert (sorted(files - named), sorted(named - files)) == ([], [])
+
+
+def test_the_tests_readme_says_which_files_need_which_tool() -> None:
+    rows = [line for line in (TESTS / "README.md").read_text(encoding="utf-8").splitlines() if line.startswith("| ")]
+    marks = {f"`{tool}`": f'needs\\("{re.escape(tool)}"\\)' for tool in NEEDS} | {"the `vllm` marker": r"vllm\b"}
+    for said, mark in marks.items():
+        (row,) = [line for line in rows if line.startswith(f"| {said}")]
+        marked = re.compile(rf"^(@|pytestmark = )pytest\.mark\.{mark}", re.MULTILINE)
+        # (test_needs.py marks a test it writes and runs without the tool, to see it skip)
+        tests = [path for path in TESTS.glob("test_*.py") if path.name != "test_needs.py"]
+        using = {path.name for path in tests if marked.search(path.read_text(encoding="utf-8"))}
+        assert using
+        assert set(re.findall(r"`(test_\w+\.py)`", row)) == using, said
 
 
 def test_the_reference_is_what_the_code_says() -> None:

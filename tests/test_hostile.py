@@ -199,8 +199,9 @@ def test_hostile_server(
     if code == ExitCode.OK:
         states, why = load_states(str(state), read_boot_id())
         assert states is not None, why
-        if output.startswith("suspect: "):  # no answer: the last answer is kept, the clock runs from it
-            assert states == {"0": State(before["0"].last, stall_since=before["0"].last.t)}
+        # No answer (suspect): the last answer is kept, the clock runs from it; an answer replaces it.
+        kept = states == {"0": State(before["0"].last, stall_since=before["0"].last.t)}
+        assert kept is output.startswith("suspect: "), states
     else:
         # A failed run leaves the last good sample alone (and remembers only what it said on the log).
         assert load_states(str(state), read_boot_id()) == (before, "")

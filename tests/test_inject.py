@@ -124,10 +124,12 @@ def test_every_workload_kind_gets_the_probe_and_stays_valid(kind: str) -> None:
     for doc in out:
         validate(doc)
     specs = list(pod_specs(out[0]))
-    assert len(specs) == (2 if kind == "LeaderWorkerSet" else 1)
-    if kind == "LeaderWorkerSet":  # the worker joins the leader's engine and serves no HTTP
-        assert "livenessProbe" not in specs.pop()["containers"][0]
-        assert "skipped: a LeaderWorkerSet worker" in log[1]
+    # A LeaderWorkerSet's worker joins the leader's engine and serves no HTTP: skipped, and said so.
+    worker = kind == "LeaderWorkerSet"
+    assert len(specs) == 1 + worker
+    assert ["livenessProbe" in spec["containers"][0] for spec in specs] == [True] + [False] * worker
+    assert ["skipped: a LeaderWorkerSet worker" in line for line in log] == [False] + [True] * worker
+    specs = specs[:1]
     for spec in specs:
         assert spec["containers"][0]["startupProbe"]["httpGet"] == {"path": "/health", "port": 8000}
         probe = spec["containers"][0]["livenessProbe"]
@@ -590,14 +592,8 @@ def test_the_deploy_example_is_what_inject_makes_of_it() -> None:
 # --- the injected command, run as the kubelet runs it
 
 
-@pytest.fixture
-def stub() -> Iterator[StubEngine]:
-    with StubEngine() as engine:
-        yield engine
-
-
-def test_the_injected_command_as_the_kubelet_runs_it(stub: StubEngine, tmp_path: Path) -> None:
-    manifest = workload("Deployment", pod_spec(container(args=["--port", str(stub.port)])))
+def test_the_injected_command_as_the_kubelet_runs_it(served: StubEngine, tmp_path: Path) -> None:
+    manifest = workload("Deployment", pod_spec(container(args=["--port", str(served.port)])))
     result = run_inject(json.dumps(manifest), "--window", "1")
     assert result.returncode == 0, result.stderr
     deployment, configmap = json.loads(result.stdout)["items"]
@@ -611,16 +607,16 @@ def test_the_injected_command_as_the_kubelet_runs_it(stub: StubEngine, tmp_path:
         )
         return done.returncode, done.stdout
 
-    stub.set(4, 100, 50)
+    served.set(4, 100, 50)
     assert kubelet()[0] == 0  # baseline
-    stub.set(4, 180, 50)
+    served.set(4, 180, 50)
     code, line = kubelet()
     assert (code, line[:12]) == (0, "progressing:")
     [state] = tmp_path.glob("stallprobe-*.state")  # the probe's own file, in TMPDIR
     rewind(state, 1.2)  # the counters stop for longer than the window
     code, line = kubelet()
     assert (code, line[:8]) == (1, "stalled:")
-    stub.set(4, 181, 50)
+    served.set(4, 181, 50)
     assert kubelet()[0] == 0
 
 
@@ -658,14 +654,14 @@ def injected(engine: dict[str, Any], *flags: str) -> tuple[dict[str, Any], dict[
 
 
 def test_the_kill_switch_turns_liveness_report_only_between_two_runs_and_readiness_never(
-    stub: StubEngine, tmp_path: Path
+    served: StubEngine, tmp_path: Path
 ) -> None:
     """The kill switch, as an operator throws it: `kubectl patch configmap NAME --type merge -p
     '{"data":{"report-only":"true"}}'`. The kubelet updates the mounted ConfigMap in place (no rollout,
     no model reloaded), and the next liveness run of the same stalled engine is report-only: exit 0,
     saying so, where the run before failed it. The readiness probe reads no switch: it still drains the
     stalled engine. Removing the key lets liveness act again."""
-    fields, configmap, _ = injected(container(args=["--port", str(stub.port)]), "--drain-after", "1")
+    fields, configmap, _ = injected(container(args=["--port", str(served.port)]), "--drain-after", "1")
     liveness = as_the_kubelet_runs(fields["livenessProbe"], configmap, tmp_path)
     readiness = as_the_kubelet_runs(fields["readinessProbe"], configmap, tmp_path)
     switch = str(tmp_path / "opt" / "stallprobe" / "report-only")
@@ -685,7 +681,7 @@ def test_the_kill_switch_turns_liveness_report_only_between_two_runs_and_readine
         configmap["data"] = data
         as_the_kubelet_runs(fields["livenessProbe"], configmap, tmp_path)
 
-    stub.set(4, 100, 50)
+    served.set(4, 100, 50)
     assert kubelet(liveness)[0] == 0  # baseline
     [state] = tmp_path.glob("stallprobe-*.state")
     rewind(state, 1.5)  # busy, and no counter moved for longer than the window (1 s)
@@ -705,14 +701,16 @@ def test_the_kill_switch_turns_liveness_report_only_between_two_runs_and_readine
     assert "stallprobe: liveness: stalled:" in log.read_text()
 
 
-def test_a_failing_liveness_run_leaves_its_evidence_where_the_container_says(stub: StubEngine, tmp_path: Path) -> None:
+def test_a_failing_liveness_run_leaves_its_evidence_where_the_container_says(
+    served: StubEngine, tmp_path: Path
+) -> None:
     """The probe writes its evidence into the container's own terminationMessagePath (which inject never
     changes), there being where the kubelet reads the message when the container ends, a liveness kill
     included. A path with a `$` in it reaches the probe as written: the kubelet expands `$(VAR)` in a
     probe's command, so inject writes each `$` as `$$`."""
     path = tmp_path / "termination-$(HOME).log"
     path.touch()  # the kubelet makes it and mounts it there
-    engine = container(args=["--port", str(stub.port)], terminationMessagePath=str(path))
+    engine = container(args=["--port", str(served.port)], terminationMessagePath=str(path))
     fields, configmap, _ = injected(engine)
     assert fields["terminationMessagePath"] == str(path)
     written = fields["livenessProbe"]["exec"]["command"]
@@ -721,7 +719,7 @@ def test_a_failing_liveness_run_leaves_its_evidence_where_the_container_says(stu
     command = as_the_kubelet_runs(fields["livenessProbe"], configmap, tmp_path, home)
     assert command[command.index("--termination-log") + 1] == str(path)
     env = clean_env(TMPDIR=str(tmp_path), STALLPROBE_TRANSITION_LOG="none")
-    stub.set(4, 100, 50)
+    served.set(4, 100, 50)
     assert subprocess.run(command, env=env, capture_output=True, timeout=10, check=False).returncode == 0
     [state] = tmp_path.glob("stallprobe-*.state")
     rewind(state, 1.5)

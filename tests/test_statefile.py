@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import load_states, save_states
-from stallprobe import Sample, State, StateFileError
+from stallprobe import Sample, State, StateFileError, statefile
 from stallprobe.judge import Memory
 from stallprobe.statefile import FORMAT, default_path, load, read_boot_id, save
 
@@ -211,12 +211,15 @@ def test_default_path_is_per_url_in_tmpdir() -> None:
 
 
 def test_boot_id_is_read_where_the_kernel_has_one() -> None:
+    """Linux, where the probe and its tests run, says which boot this is."""
     boot = read_boot_id()
-    if os.path.exists("/proc/sys/kernel/random/boot_id"):
-        assert len(boot) == 36
-        assert boot == read_boot_id()
-    else:
-        assert boot == ""
+    assert len(boot) == 36
+    assert boot == read_boot_id() == Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+
+
+def test_no_boot_id_where_the_kernel_has_none(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(statefile, "_BOOT_ID_PATH", str(tmp_path / "no-boot-id"))
+    assert read_boot_id() == ""
 
 
 def test_a_device_at_the_path_is_never_replaced(tmp_path: Path) -> None:

@@ -1,10 +1,13 @@
-"""`stallprobe watch ...` through the real command, against a pool of simulated engines on loopback.
+"""`stallprobe watch ...` against a pool of simulated engines on loopback.
 
 Every engine is a small HTTP server whose counters move (or not) with each scrape, so what the watch sees
-depends on its polls, never on how fast the machine is. No test sleeps and then counts: each waits, with
-a generous bound, for the state it needs, and counts only what the design fixes (a hook runs once per
-episode; --once polls twice). The terminal view is read back through a pseudo-terminal and a minimal
-screen that understands only the few sequences the watch is allowed to send.
+depends on its polls, never on how fast the machine is. Time passes on a fake clock: the command runs in
+this process with every clock it reads made one (conftest.WatchOnFakeClock), or its Watch is polled one
+poll at a time on one (Polling, for the hooks), so a window or a cooldown passes without anyone waiting.
+Only what a hook process does takes real time (the runner waits for it on the real clock, at most
+--hook-timeout), and a test waits for it with a bounded poll. The real command runs as a process where
+only it can show the wiring: the terminal view, read back through a pseudo-terminal and a minimal screen
+that understands only the few sequences the watch is allowed to send; --help; a usage error; one --once.
 """
 
 from __future__ import annotations
@@ -26,16 +29,16 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO
 
 import pytest
 
-from conftest import RawServer, refused_url, vllm_engines_page
+from conftest import FakeClock, RawServer, WatchOnFakeClock, clean_env, refused_url, vllm_engines_page
 from stallprobe.cli import main as cli_main
 from stallprobe.detector import DEFAULT_WINDOW
 from stallprobe.errors import ExitCode
 from stallprobe.options import DEFAULT_COOLDOWN
 from stallprobe.watch.command import configure, help_text
+from stallprobe.watch.loop import Flights
 from stallprobe.watch.poll import Row, Watch, WatchConfig
 from stallprobe.watch.view import endpoint_name, once_code, table
 from stubengine import StubEngine
@@ -100,11 +103,6 @@ def pool() -> Iterator[Callable[[str], StubEngine]]:
         engine.close()
 
 
-def clean_env() -> dict[str, str]:
-    drop = ("STALLPROBE_", "COLUMNS", "LINES")
-    return {k: v for k, v in os.environ.items() if not k.startswith(drop)}
-
-
 def watch_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "stallprobe", "watch", *args]
 
@@ -130,70 +128,71 @@ def run_once(*args: str, timeout: float = WAIT) -> subprocess.CompletedProcess[s
     )
 
 
-class Watcher:
-    """`stallprobe watch` running in the background, its stdout collected line by line as it comes."""
+class Polling:
+    """The watch's loop in this process, one poll at a time, on a fake clock: the command's own
+    configuration and its Watch (which takes the clock), the clock moved by --interval after each poll, as
+    the loop's sleep moves the real one. The hooks are real processes: `ended()` waits for the runs in
+    flight to end (the runner's own wait, bounded by --hook-timeout on the real clock)."""
 
     def __init__(self, *args: str) -> None:
-        self.proc = start(watch_command(*args))
-        self.lines: list[str] = []
-        self.err: list[str] = []
-        self.readers = [
-            threading.Thread(target=self._read, args=(self.proc.stdout, self.lines), daemon=True),
-            threading.Thread(target=self._read, args=(self.proc.stderr, self.err), daemon=True),
-        ]
-        for reader in self.readers:
-            reader.start()
+        config = configure(list(args), clean_env())
+        assert isinstance(config, WatchConfig)
+        self.interval = config.interval
+        self.clock = FakeClock()
+        self.watch = Watch(config, clean_env(), flights=Flights(self.clock))
+        self.seen: list[tuple[float, Row]] = []  # every row so far, with the time of its poll
 
-    @staticmethod
-    def _read(stream: IO[str], into: list[str]) -> None:
-        for line in iter(stream.readline, ""):
-            into.append(line)
+    def poll(self) -> list[Row]:
+        at = self.clock()
+        rows = self.watch.poll()
+        self.seen += [(at, row) for row in rows]
+        self.clock.sleep(self.interval)
+        return rows
 
-    def rows(self) -> list[dict[str, object]]:
-        return [json.loads(line) for line in list(self.lines)]
+    def until(self, what: str, done: Callable[[], bool], most: int = 40) -> None:
+        """Poll until `done()`; fail if `most` polls do not get there (on the fake clock they always
+        take the same number)."""
+        for _ in range(most):
+            if done():
+                return
+            self.poll()
+        pytest.fail(f"not {what} after {most} polls")
 
-    def of(self, url: str, engine: str | None = None) -> list[dict[str, object]]:
-        return [row for row in self.rows() if row["url"] == url and row["engine"] == engine]
+    def of(self, url: str, engine: str | None = None) -> list[tuple[float, Row]]:
+        return [(at, row) for at, row in self.seen if row.url == url and row.engine == engine]
 
-    def latest(self, url: str, engine: str | None = None) -> dict[str, object]:
-        """The last row for this engine; {} before its first."""
-        rows = self.of(url, engine)
-        return rows[-1] if rows else {}
+    def latest(self, url: str, engine: str | None = None) -> Row:
+        return self.of(url, engine)[-1][1]
 
-    def hook(self, url: str) -> str:
-        """What the last row for this endpoint says about its hooks."""
-        return str(self.latest(url).get("hook"))
+    def pid(self, url: str, kind: str = "stalled") -> int | None:
+        """The pid of the endpoint's latest run of a hook (None before its first)."""
+        return self.watch.runner.report((kind, url))[0]
 
-    def wait_for(self, what: str, ready: Callable[[], bool], timeout: float = WAIT) -> None:
-        deadline = time.monotonic() + timeout
-        while not ready():
-            if self.proc.poll() is not None:
-                pytest.fail(f"watch exited ({self.proc.returncode}) before {what}: {''.join(self.err)[-2000:]}")
-            if time.monotonic() > deadline:
-                pytest.fail(f"no {what} within {timeout} s; last lines:\n{''.join(self.lines[-8:])}")
-            time.sleep(0.05)
-
-    def stop(self, sig: int = signal.SIGINT) -> int:
-        self.proc.send_signal(sig)
-        code = self.proc.wait(30)
-        for reader in self.readers:
-            reader.join(10)
-        return code
+    def ended(self) -> None:
+        self.watch.runner.wait()
+        assert not self.watch.runner.running()
 
 
 @pytest.fixture
-def watching() -> Iterator[Callable[..., Watcher]]:
-    started: list[Watcher] = []
+def polling() -> Iterator[Callable[..., Polling]]:
+    started: list[Polling] = []
 
-    def start(*args: str) -> Watcher:
-        started.append(Watcher(*args))
+    def begin(*args: str) -> Polling:
+        started.append(Polling(*args))
         return started[-1]
 
-    yield start
-    for watcher in started:
-        if watcher.proc.poll() is None:
-            watcher.proc.kill()
-            watcher.proc.wait(30)
+    yield begin
+    for one in started:
+        one.ended()
+        one.watch.flights.close()
+
+
+def eventually(what: str, done: Callable[[], bool]) -> None:
+    """Wait for a real process to get somewhere: a bounded poll of an eventual state, not time made to pass."""
+    deadline = time.monotonic() + WAIT
+    while not done():
+        assert time.monotonic() < deadline, f"never: {what}"
+        time.sleep(0.05)
 
 
 # The hook: appends its STALLPROBE_* environment, pid and time to a log; then behaves as the behaviour file
@@ -205,7 +204,7 @@ record.update(pid=os.getpid(), t=time.monotonic())
 with open(sys.argv[1], "a") as log:
     log.write(json.dumps(record) + "\\n")
 behaviour = json.loads(open(sys.argv[2]).read()).get(os.environ["STALLPROBE_URL"]) if len(sys.argv) > 2 else None
-if behaviour == "hang":
+if behaviour == "hang":  # until the runner kills it (bounded: a runner that never does leaves nothing behind)
     time.sleep(120)
 if behaviour == "fail":
     print("restart failed: boom")
@@ -237,12 +236,11 @@ REQUIRED = {"url", "engine", "verdict", "running", "waiting", "prompt_tokens_per
 
 
 def test_a_pool_gets_the_right_verdict_per_engine_in_json_lines(
-    pool: Callable[[str], StubEngine], watching: Callable[..., Watcher]
+    pool: Callable[[str], StubEngine], fake_watch: WatchOnFakeClock, capsys: pytest.CaptureFixture[str]
 ) -> None:
     idle, saturated, wedged, dp, html = (pool(m) for m in ("idle", "saturated", "wedged", "dp", "html"))
     dead = refused_url()
     urls = [idle.url, saturated.url, wedged.url, dp.url, html.url, dead]
-    watch = watching("--json", "--interval", "0.3", "--window", "1", *urls)
     expected = {
         (idle.url, None): "idle",
         (saturated.url, None): "saturated",
@@ -252,27 +250,26 @@ def test_a_pool_gets_the_right_verdict_per_engine_in_json_lines(
         (html.url, None): "error",
         (dead, None): "unreachable",
     }
-
-    def all_there() -> bool:
-        return all(watch.latest(*key).get("verdict") == verdict for key, verdict in expected.items())
-
-    watch.wait_for("every verdict", all_there)
-    assert watch.stop() == 0
-    assert watch.err == []
-    rows = watch.rows()
+    # Eight polls 0.3 s apart: 2.1 s of the fake clock, past the window (1 s) since the first.
+    assert fake_watch.run("--json", "--interval", "0.3", "--window", "1", *urls, polls=8) == 0
+    out = capsys.readouterr()
+    assert out.err == ""
+    rows = [json.loads(line) for line in out.out.splitlines()]
     for row in rows:
         assert set(row) >= REQUIRED, row
     # One line per engine per poll, every endpoint in every poll: none hides another.
-    polls: dict[object, list[tuple[object, object]]] = {}
-    for row in rows:
-        polls.setdefault(row["time"], []).append((row["url"], row["engine"]))
-    for keys in polls.values():
-        assert sorted(keys, key=str) == sorted(expected, key=str)
+    polls = [rows[i : i + len(expected)] for i in range(0, len(rows), len(expected))]
+    assert len(polls) == 8
+    for one in polls:
+        assert [(row["url"], row["engine"]) for row in one] == list(expected)
+        assert len({row["time"] for row in one}) == 1
+    assert {(row["url"], row["engine"]): row["verdict"] for row in polls[-1]} == expected
     # The first poll has nothing to compare with.
-    first = [row for row in rows if row["time"] == rows[0]["time"]]
-    assert {row["verdict"] for row in first} == {"baseline", "error", "unreachable"}
+    assert {row["verdict"] for row in polls[0]} == {"baseline", "error", "unreachable"}
 
-    last = watch.latest
+    def last(url: str, engine: str | None = None) -> dict[str, object]:
+        return next(row for row in polls[-1] if (row["url"], row["engine"]) == (url, engine))
+
     sat = last(saturated.url)
     assert (sat["running"], sat["waiting"], sat["prompt_tokens_per_s"]) == (12, 99, 0)
     assert isinstance(sat["generation_tokens_per_s"], float)
@@ -296,10 +293,10 @@ def test_a_pool_gets_the_right_verdict_per_engine_in_json_lines(
     assert "connection refused" in str(gone["error"])
     page = last(html.url)
     assert (page["exit_code"], page["error"]) == (4, "not a metrics page: the server sent HTML")
-    # held_for: how long the verdict has held, growing while it holds.
-    held = [float(str(row["held_for"])) for row in watch.of(idle.url) if row["verdict"] == "idle"]
-    assert held == sorted(held)
-    assert held[0] == 0
+    # held_for: how long the verdict has held, growing by the interval while it holds.
+    held = [float(str(row["held_for"])) for row in rows if row["url"] == idle.url and row["verdict"] == "idle"]
+    assert held == pytest.approx([0.3 * n for n in range(len(held))])
+    assert len(held) == 7
 
 
 ONCE = [
@@ -312,31 +309,39 @@ ONCE = [
 
 @pytest.mark.parametrize(("modes", "code"), ONCE, ids=["+".join(m) for m, _ in ONCE])
 def test_once_exits_with_the_worst_endpoint_code(
-    pool: Callable[[str], StubEngine], modes: list[str], code: int
+    pool: Callable[[str], StubEngine],
+    fake_watch: WatchOnFakeClock,
+    capsys: pytest.CaptureFixture[str],
+    modes: list[str],
+    code: int,
 ) -> None:
     urls = [refused_url() if mode == "refused" else pool(mode).url for mode in modes]
     # A stall needs the window to fit in the one interval between the two polls.
-    result = run_once("--json", "--interval", "1", "--window", "0.1", *urls)
-    assert (result.returncode, result.stderr) == (code, "")
-    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert fake_watch.run("--once", "--json", "--interval", "1", "--window", "0.1", *urls) == code
+    out = capsys.readouterr()
+    assert out.err == ""
+    rows = [json.loads(line) for line in out.out.splitlines()]
     assert [row["url"] for row in rows] == urls  # the second poll only, one line per endpoint
     verdicts = {"refused": "unreachable", "html": "error", "wedged": "stalled"}
     assert [row["verdict"] for row in rows] == [verdicts.get(mode, mode) for mode in modes]
+    assert fake_watch.clock.pauses == [1.0]  # --once: two polls, one --interval apart
 
 
-def test_once_piped_writes_one_line_per_engine(pool: Callable[[str], StubEngine]) -> None:
+def test_once_piped_writes_one_line_per_engine(
+    pool: Callable[[str], StubEngine], fake_watch: WatchOnFakeClock, capsys: pytest.CaptureFixture[str]
+) -> None:
     idle, dp = pool("idle"), pool("dp")
     dead = refused_url()
-    result = run_once("--interval", "1", "--window", "0.1", idle.url, dp.url, dead)
-    assert (result.returncode, result.stderr) == (ExitCode.STALLED, "")
-    lines = result.stdout.splitlines()
+    assert fake_watch.run("--once", "--interval", "1", "--window", "0.1", idle.url, dp.url, dead) == ExitCode.STALLED
+    out = capsys.readouterr()
+    assert out.err == ""
+    lines = out.out.splitlines()
     assert len(lines) == 4
-    assert re.fullmatch(rf"{re.escape(idle.url)}: idle: 0 running, 0 waiting; held \d\.\d s", lines[0])
-    assert re.fullmatch(
-        rf"{re.escape(dp.url)} engine 0: stalled: 3 running, 0 waiting; no token progress for \d\.\d s "
+    assert lines[0] == f"{idle.url}: idle: 0 running, 0 waiting; held 0.0 s"
+    assert lines[1] == (
+        f"{dp.url} engine 0: stalled: 3 running, 0 waiting; no token progress for 1.0 s "
         # Stalled under a window shorter than the drain window: out of routing too (the earlier of the two).
-        r"\(window 0\.1 s\); held \d\.\d s; not ready",
-        lines[1],
+        "(window 0.1 s); held 0.0 s; not ready"
     )
     assert lines[2].startswith(f"{dp.url} engine 1: progressing: 4 running, 0 waiting; +0 prompt and +5 generation")
     assert lines[3].startswith(f"{dead}: unreachable: scrape {dead}: connection refused")
@@ -346,34 +351,38 @@ def hangs(conn: socket.socket, stop: threading.Event) -> None:
     stop.wait(WAIT)
 
 
-def test_slow_endpoints_are_scraped_side_by_side(pool: Callable[[str], StubEngine], raw_server: StartRaw) -> None:
+def test_slow_endpoints_are_scraped_side_by_side(
+    pool: Callable[[str], StubEngine],
+    raw_server: StartRaw,
+    fake_watch: WatchOnFakeClock,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     slow = [raw_server(hangs).url for _ in range(4)]
     idle = pool("idle")
-    started = time.monotonic()
-    result = run_once("--json", "--interval", "0.3", "--timeout", "2", *slow, idle.url)
-    elapsed = time.monotonic() - started
+    fake_watch.silent = len(slow)
+    started = fake_watch.clock()
+    code = fake_watch.run("--once", "--json", "--interval", "0.3", "--timeout", "2", *slow, idle.url)
     # No answer in time is no sample, judged as the probe judges it: suspect until the window, not a failure.
-    assert result.returncode == ExitCode.OK
-    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert code == ExitCode.OK
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [row["verdict"] for row in rows] == ["suspect"] * 4 + ["idle"]
-    assert all(
-        str(row["message"]).startswith(f"suspect: scrape {url}: no complete answer within 2 s; nothing answered for ")
-        for row, url in zip(rows, slow)
-    )
-    # Two polls of four endpoints that never answer: 16 s one after another, about 4 s side by side.
-    assert elapsed < 14, elapsed
+    for row, url in zip(rows, slow):
+        assert str(row["message"]).startswith(
+            f"suspect: scrape {url}: no complete answer within 2 s; nothing answered for "
+        )
+    # Two polls of four endpoints that never answer: 16 s one after another, 4 s side by side.
+    assert fake_watch.clock() - started == pytest.approx(4.0)
 
 
 # --- the watchdog
 
 
 def test_stalled_hook_runs_once_per_episode_and_never_for_saturated(
-    pool: Callable[[str], StubEngine], watching: Callable[..., Watcher], tmp_path: Path
+    pool: Callable[[str], StubEngine], polling: Callable[..., Polling], tmp_path: Path
 ) -> None:
     saturated, wedged, dp = pool("saturated"), pool("wedged"), pool("dp")
     on_stalled, on_saturated = Hook(tmp_path, "stalled"), Hook(tmp_path, "saturated")
-    watch = watching(
-        "--json",
+    polls = polling(
         "--interval",
         "0.2",
         "--window",
@@ -388,11 +397,15 @@ def test_stalled_hook_runs_once_per_episode_and_never_for_saturated(
         wedged.url,
         dp.url,
     )
-    watch.wait_for("both stalled hooks", lambda: len(on_stalled.runs()) >= 2)
-    watch.wait_for("the saturated hook", lambda: len(on_saturated.runs()) >= 1)
+    polls.until(
+        "both stalled hooks and the saturated one started",
+        lambda: None not in (polls.pid(wedged.url), polls.pid(dp.url), polls.pid(saturated.url, "saturated")),
+    )
+    polls.ended()
     # Five more polls of the same episodes change nothing.
-    seen = len(watch.of(wedged.url))
-    watch.wait_for("five more polls", lambda: len(watch.of(wedged.url)) >= seen + 5)
+    for _ in range(5):
+        polls.poll()
+    polls.ended()
     runs = sorted(on_stalled.runs(), key=lambda r: str(r["STALLPROBE_URL"]))
     assert [(r["STALLPROBE_URL"], r["STALLPROBE_ENGINE"], r["STALLPROBE_VERDICT"]) for r in runs] == sorted(
         [(wedged.url, "", "stalled"), (dp.url, "0", "stalled")]
@@ -404,60 +417,59 @@ def test_stalled_hook_runs_once_per_episode_and_never_for_saturated(
     # Each hook started in a poll that saw the engine stalled (never suspect on the way there).
     for run in runs:
         engine = str(run["STALLPROBE_ENGINE"]) or None
-        started = [r for r in watch.of(str(run["STALLPROBE_URL"]), engine) if f"(pid {run['pid']})" in str(r["hook"])]
+        started = [row for _, row in polls.of(str(run["STALLPROBE_URL"]), engine) if f"(pid {run['pid']})" in row.hook]
         assert started
-        assert started[0]["verdict"] == "stalled"
-        assert any("exited 0" in str(r["hook"]) for r in started)
+        assert started[0].verdict == "stalled"
+        assert any("exited 0" in row.hook for row in started)
 
     # A second episode inside the cooldown: the engine moves, then wedges again. The hook waits.
     become(wedged, "moving")
-    watch.wait_for("progress", lambda: watch.latest(wedged.url).get("verdict") == "progressing")
+    polls.poll()
+    assert polls.latest(wedged.url).verdict == "progressing"
     become(wedged, "wedged")
-    moved = len(watch.of(wedged.url))
-    watch.wait_for("the second stall", lambda: any(r["verdict"] == "stalled" for r in watch.of(wedged.url)[moved:]))
-    seen = len(watch.of(wedged.url))
-    watch.wait_for("five more polls", lambda: len(watch.of(wedged.url)) >= seen + 5)
-    held = [r for r in watch.of(wedged.url)[moved:] if r["verdict"] == "stalled"]
-    assert all("--on-stalled held by --cooldown" in str(r["hook"]) for r in held)
+    moved = len(polls.of(wedged.url))
+    polls.until("the second stall", lambda: polls.latest(wedged.url).verdict == "stalled")
+    for _ in range(5):
+        polls.poll()
+    held = [row for _, row in polls.of(wedged.url)[moved:] if row.verdict == "stalled"]
+    assert len(held) == 6
+    assert all("--on-stalled held by --cooldown" in row.hook for row in held)
     assert len([r for r in on_stalled.runs() if r["STALLPROBE_URL"] == wedged.url]) == 1
     assert len(on_saturated.runs()) == 1
-    assert watch.stop() == 0
-    assert watch.err == []
 
 
 def test_after_the_cooldown_a_new_episode_runs_the_hook_again(
-    pool: Callable[[str], StubEngine], watching: Callable[..., Watcher], tmp_path: Path
+    pool: Callable[[str], StubEngine], polling: Callable[..., Polling], tmp_path: Path
 ) -> None:
-    cooldown = 2.0
+    cooldown, interval = 2.0, 0.2
     engine = pool("wedged")
     hook = Hook(tmp_path, "stalled")
-    args = ("--json", "--interval", "0.2", "--window", "0.6", "--cooldown", str(cooldown))
-    watch = watching(*args, "--on-stalled", hook.command, engine.url)
-    watch.wait_for("the first run", lambda: len(hook.runs()) == 1)
+    args = ("--interval", str(interval), "--window", "0.6", "--cooldown", str(cooldown))
+    polls = polling(*args, "--on-stalled", hook.command, engine.url)
+    polls.until("the first run", lambda: polls.pid(engine.url) is not None)
+    first_pid, (one, _) = polls.pid(engine.url), polls.of(engine.url)[-1]
+    polls.ended()
     become(engine, "moving")
-    watch.wait_for("progress", lambda: watch.latest(engine.url).get("verdict") == "progressing")
+    polls.poll()
+    assert polls.latest(engine.url).verdict == "progressing"
     become(engine, "wedged")
-    moved = len(watch.of(engine.url))
-    watch.wait_for("the second run", lambda: len(hook.runs()) == 2)
-    seen = len(watch.of(engine.url))
-    watch.wait_for("five more polls", lambda: len(watch.of(engine.url)) >= seen + 5)
-    assert len(hook.runs()) == 2  # once per episode: the second episode goes on, and runs nothing more
-    assert watch.stop(signal.SIGTERM) == 0
-
-    rows = watch.of(engine.url)
-
-    def started_at(pid: object) -> float:
-        first = next(r for r in rows if f"(pid {pid})" in str(r["hook"]))
-        assert first["verdict"] == "stalled"
-        assert isinstance(first["time"], float)
-        return first["time"]
-
-    one, two = (started_at(run["pid"]) for run in hook.runs())
-    assert two - one >= cooldown - 0.05
-    second_stall = next(r for r in rows[moved:] if r["verdict"] == "stalled")
-    assert isinstance(second_stall["time"], float)
-    if second_stall["time"] < one + cooldown:  # (on any machine not starved for seconds)
-        assert "--on-stalled held by --cooldown" in str(second_stall["hook"])
+    polls.until("the second stall", lambda: polls.latest(engine.url).verdict == "stalled")
+    # Stalled again inside the cooldown (1 s after the first run, on the fake clock): held.
+    second_stall, row = polls.of(engine.url)[-1]
+    assert second_stall < one + cooldown
+    assert row.hook.startswith("--on-stalled held by --cooldown, ")
+    assert polls.pid(engine.url) == first_pid
+    # Run at the first poll once the cooldown has ended, and only then.
+    polls.until("the second run", lambda: polls.pid(engine.url) != first_pid)
+    two, row = polls.of(engine.url)[-1]
+    assert one + cooldown <= two < one + cooldown + interval + 1e-6
+    assert row.verdict == "stalled"
+    assert f"(pid {polls.pid(engine.url)}) running for 0.0 s" in row.hook
+    for _ in range(5):
+        polls.poll()
+    polls.ended()
+    # Once per episode: the second episode goes on, and runs nothing more.
+    assert [run["pid"] for run in hook.runs()] == [first_pid, polls.pid(engine.url)]
 
 
 def pid_gone(pid: int) -> bool:
@@ -469,30 +481,38 @@ def pid_gone(pid: int) -> bool:
 
 
 def test_a_hook_that_hangs_or_fails_does_not_stop_the_watch(
-    pool: Callable[[str], StubEngine], watching: Callable[..., Watcher], tmp_path: Path
+    pool: Callable[[str], StubEngine], polling: Callable[..., Polling], tmp_path: Path
 ) -> None:
     hanging, failing = pool("wedged"), pool("wedged")
     hook = Hook(tmp_path, "stalled", {hanging.url: "hang", failing.url: "fail"})
-    args = ("--json", "--interval", "0.2", "--window", "0.4", "--hook-timeout", "3")
-    watch = watching(*args, "--on-stalled", hook.command, hanging.url, failing.url)
-    watch.wait_for("the failure", lambda: "failed with exit 3" in watch.hook(failing.url))
+    args = ("--interval", "0.2", "--window", "0.4", "--hook-timeout", "3")
+    polls = polling(*args, "--on-stalled", hook.command, hanging.url, failing.url)
+    polls.until("both runs", lambda: None not in (polls.pid(hanging.url), polls.pid(failing.url)))
+    failed = ("stalled", failing.url)
+    eventually("the failing hook's end", lambda: polls.watch.runner.report(failed)[1] is not None)
+    polls.poll()
     assert re.fullmatch(
-        r"--on-stalled \(pid \d+\) ran [\d.]+ s ago: failed with exit 3: restart failed: boom", watch.hook(failing.url)
+        r"--on-stalled \(pid \d+\) ran [\d.]+ s ago: failed with exit 3: restart failed: boom",
+        polls.latest(failing.url).hook,
     )
-    watch.wait_for("the hang to be killed", lambda: "killed after 3 s (--hook-timeout)" in watch.hook(hanging.url))
-    # The watch went on polling while the hook hung.
-    assert any("running for" in str(row["hook"]) for row in watch.of(hanging.url))
+    # The watch goes on polling while the hook hangs.
+    assert re.fullmatch(r"--on-stalled \(pid \d+\) running for [\d.]+ s", polls.latest(hanging.url).hook)
+    # The runner kills it after --hook-timeout, on the real clock (it waits for a process, with no clock).
+    polls.ended()
+    polls.poll()
+    assert re.fullmatch(
+        r"--on-stalled \(pid \d+\) ran [\d.]+ s ago: killed after 3 s \(--hook-timeout\)",
+        polls.latest(hanging.url).hook,
+    )
     (run,) = [r for r in hook.runs() if r["STALLPROBE_URL"] == hanging.url]
-    assert isinstance(run["pid"], int)
-    deadline = time.monotonic() + WAIT
-    while not pid_gone(run["pid"]):
-        assert time.monotonic() < deadline, "the hung hook was not reaped"
-        time.sleep(0.05)
-    seen = len(watch.of(hanging.url))
-    watch.wait_for("more polls", lambda: len(watch.of(hanging.url)) >= seen + 3)
+    pid = polls.pid(hanging.url)
+    assert pid is not None
+    assert run["pid"] == pid
+    assert pid_gone(pid)  # killed and reaped
+    for _ in range(3):
+        polls.poll()
+    polls.ended()
     assert len(hook.runs()) == 2
-    assert watch.stop() == 0
-    assert watch.err == []
 
 
 # --- the terminal
@@ -824,22 +844,29 @@ def test_help_names_every_flag_and_the_drain_advice() -> None:
     assert f"(default {DEFAULT_COOLDOWN:g})" in text
 
 
-def test_an_endpoint_silent_for_the_window_is_stalled(raw_server: StartRaw) -> None:
+def test_an_endpoint_silent_for_the_window_is_stalled(
+    raw_server: StartRaw, fake_watch: WatchOnFakeClock, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Two polls one interval apart, no answer to either: silent for longer than the window."""
     slow = raw_server(hangs).url
-    result = run_once("--json", "--interval", "0.3", "--window", "0.2", "--timeout", "0.5", slow)
-    assert result.returncode == ExitCode.STALLED, result.stdout
-    (row,) = [json.loads(line) for line in result.stdout.splitlines()]
+    fake_watch.silent = 1
+    code = fake_watch.run("--once", "--json", "--interval", "0.3", "--window", "0.2", "--timeout", "0.5", slow)
+    out = capsys.readouterr().out
+    assert code == ExitCode.STALLED, out
+    (row,) = [json.loads(line) for line in out.splitlines()]
     assert (row["verdict"], row["exit_code"]) == ("stalled", ExitCode.STALLED)
     assert str(row["message"]).startswith(f"stalled: scrape {slow}: no complete answer within 0.5 s; nothing answered")
 
 
-def test_a_paused_engine_is_shown_paused(pool: Callable[[str], StubEngine]) -> None:
+def test_a_paused_engine_is_shown_paused(
+    pool: Callable[[str], StubEngine], fake_watch: WatchOnFakeClock, capsys: pytest.CaptureFixture[str]
+) -> None:
     asleep = pool("idle")
     asleep.set(4, 100, 50)
     asleep.sleep()
-    result = run_once("--json", "--interval", "0.3", "--window", "0.1", asleep.url)
-    assert result.returncode == ExitCode.OK, result.stdout
-    (row,) = [json.loads(line) for line in result.stdout.splitlines()]
+    code = fake_watch.run("--once", "--json", "--interval", "0.3", "--window", "0.1", asleep.url)
+    out = capsys.readouterr().out
+    assert code == ExitCode.OK, out
+    (row,) = [json.loads(line) for line in out.splitlines()]
     assert row["verdict"] == "paused"
     assert str(row["message"]).startswith("paused: 4 running, 0 waiting; asleep (sleep mode), paused for ")

@@ -4,8 +4,8 @@ every engine at every poll, as before.
 
 Which rows are told of is a pure function of the last poll's memory and this poll's rows (view.changes),
 tested as a table. The watch's own polls run on a fake clock (Flights takes one) against real engines on
-loopback, so that a wedge becomes suspect, not ready and stalled without anyone sleeping; the real command
-is run once, piped, for the wiring.
+loopback, so that a wedge becomes suspect, not ready and stalled without anyone sleeping; the command's
+own loop runs once, piped, in this process on a fake clock too (conftest.WatchOnFakeClock), for the wiring.
 """
 
 from __future__ import annotations
@@ -13,16 +13,11 @@ from __future__ import annotations
 import io
 import json
 import re
-import subprocess
-import sys
-import threading
-import time
 from collections.abc import Iterator
-from typing import IO
 
 import pytest
 
-from conftest import refused_url
+from conftest import FakeClock, WatchOnFakeClock, refused_url
 from stallprobe.watch.loop import Flights
 from stallprobe.watch.poll import Row, Watch, WatchConfig
 from stallprobe.watch.view import Output, changes, line, row_json
@@ -197,16 +192,6 @@ def test_json_writes_an_object_per_engine_per_poll_as_before() -> None:
 # --- the watch's own polls, on a fake clock
 
 
-class Clock:
-    """A monotonic clock that moves only when told."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture
 def engines() -> Iterator[tuple[StubEngine, StubEngine]]:
     moving, wedging = (StubEngine(running=4, generation=1000, prompt=400) for _ in range(2))
@@ -221,7 +206,7 @@ def test_a_wedge_is_told_as_it_becomes_suspect_not_ready_and_stalled(engines: tu
     """Polls every 5 s of the fake clock, --drain-after 10, --window 20: each change is one line, the
     steady polls between them only their summary."""
     moving, wedging = engines
-    clock = Clock()
+    clock = FakeClock()
     config = WatchConfig([moving.url, wedging.url], window=20.0, drain_after=10.0, timeout=2.0)
     watch = Watch(config, {}, flights=Flights(clock))
     output = Output(config, io.StringIO())
@@ -254,47 +239,32 @@ def test_a_wedge_is_told_as_it_becomes_suspect_not_ready_and_stalled(engines: tu
     assert sum(len(written) == 1 for written in polls) == 3  # the polls that changed nothing: their summary only
 
 
-# --- the real command, piped
+# --- the command, piped
 
 
-def read_lines(stream: IO[str], into: list[str]) -> None:
-    for text in iter(stream.readline, ""):
-        into.append(text.rstrip("\n"))
-
-
-def test_the_command_piped_tells_changes_and_a_summary_per_poll(engines: tuple[StubEngine, StubEngine]) -> None:
+def test_the_command_piped_tells_changes_and_a_summary_per_poll(
+    engines: tuple[StubEngine, StubEngine], fake_watch: WatchOnFakeClock, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The command's loop (cli.main, in this process, on a fake clock): its stdout not a terminal."""
     moving, wedging = engines
     wedging.set(21, generation_step=0)
     dead = refused_url()
-    argv = [sys.executable, "-m", "stallprobe", "watch", "--interval", "0.2", "--window", "1", moving.url]
-    proc = subprocess.Popen([*argv, wedging.url, dead], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    lines: list[str] = []
-    reader = threading.Thread(target=read_lines, args=(proc.stdout, lines), daemon=True)
-    reader.start()
-    try:
-        deadline = time.monotonic() + 60
-        while not any(text.startswith(f"{wedging.url}: stalled: ") for text in lines):
-            assert time.monotonic() < deadline, lines[-8:]
-            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-            time.sleep(0.05)
-        stalled_at = len(lines)
-        while sum(text.startswith("poll: ") for text in lines[stalled_at:]) < 4:
-            assert time.monotonic() < deadline, lines[-8:]
-            time.sleep(0.05)
-    finally:
-        proc.terminate()
-        proc.wait(30)
-        reader.join(10)
-    summary = re.compile(r"poll: 3 engines: [a-z0-9 ,]+; \d not ready; \d+ ms")
+    # Twelve polls 0.2 s apart: the wedge is stalled at the sixth (--window 1), and stays so.
+    code = fake_watch.run("--interval", "0.2", "--window", "1", moving.url, wedging.url, dead, polls=12)
+    assert code == 0
+    out = capsys.readouterr()
+    assert out.err == ""
+    lines = out.out.splitlines()
+    summary = re.compile(r"poll: 3 engines: [a-z0-9 ,]+; \d not ready; 0 ms")
     for text in lines:
         assert summary.fullmatch(text) or text.startswith((f"{moving.url}: ", f"{wedging.url}: ", f"{dead}: "))
+    assert sum(bool(summary.fullmatch(text)) for text in lines) == 12
     # The first poll tells of every endpoint; each later verdict once; a steady state nothing but its summary.
     assert [text.split(": ")[1] for text in lines[:3]] == ["baseline", "baseline", "unreachable"]
     assert [text for text in lines if text.startswith(f"{dead}: ")] == [lines[2]]
     told = [text.split(": ")[1] for text in lines if text.startswith(f"{wedging.url}: ")]
-    assert told[0] == "baseline"
-    assert told[-1] == "stalled"
-    assert told.count("stalled") == 1
-    assert all(summary.fullmatch(text) for text in lines[stalled_at:])
+    assert told == ["baseline", "suspect", "stalled"]
+    stalled_at = next(i for i, text in enumerate(lines) if text.startswith(f"{wedging.url}: stalled: "))
+    assert len([text for text in lines[stalled_at + 1 :] if summary.fullmatch(text)]) >= 4
+    assert all(summary.fullmatch(text) for text in lines[stalled_at + 1 :])
     assert "held" not in "\n".join(lines)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from conftest import RawServer, refused_url, vllm_page
+from conftest import FakeClock, JumpingSelector, RawServer, refused_url, vllm_page
 from stallprobe.detector import Sample, State
 from stallprobe.errors import ScrapeError
 from stallprobe.judge import Memory
@@ -29,50 +29,6 @@ from stubengine import StubEngine
 WAIT = 60.0  # the bound on any real wait for a socket to become ready
 
 Behave = Callable[[socket.socket, threading.Event], None]
-
-
-class Clock:
-    """A monotonic clock that moves only when told."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class Jumping(selectors.DefaultSelector):
-    """A real selector whose waits take no time on the fake clock while an answer can still come, and
-    jump the clock by the whole wait once nothing can: when the sockets open are only those that
-    `silent()` says will never be answered. `late` swallows the first answer that is ready to read and
-    jumps the clock by that much instead, as if the loop had been busy elsewhere while it arrived."""
-
-    def __init__(self, clock: Clock, silent: Callable[[], int] = lambda: 0, late: float = 0.0) -> None:
-        super().__init__()
-        self.clock = clock
-        self.silent = silent
-        self.late = late
-        self.jumped = 0.0
-        self.most_open = 0
-
-    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
-        bound = time.monotonic() + WAIT
-        while time.monotonic() < bound:
-            opened = len(self.get_map()) - 1  # the loop's own wake-up socket is always there
-            self.most_open = max(self.most_open, opened)
-            events: list[tuple[selectors.SelectorKey, int]] = super().select(0.01)
-            if self.late and any(mask & selectors.EVENT_READ and key.data is not None for key, mask in events):
-                self.clock.now += self.late
-                self.jumped += self.late
-                self.late = 0.0
-                return []
-            if events or timeout == 0:
-                return events
-            if opened <= self.silent() and timeout is not None:
-                self.clock.now += timeout
-                self.jumped += timeout
-                return []
-        raise AssertionError("no socket became ready and the wait could not jump")
 
 
 class Hung:
@@ -141,8 +97,8 @@ def test_a_hung_endpoint_costs_the_poll_its_own_deadline_and_no_more(
 ) -> None:
     hung = Hung(raw_server)
     moving = [engines() for _ in range(3)]
-    clock = Clock()
-    selector = Jumping(clock, hung.count)
+    clock = FakeClock()
+    selector = JumpingSelector(clock, hung.count)
     urls = [engine.url for engine in moving] + [hung.url]
     watch = Watch(WatchConfig(urls, timeout=2.0), {}, flights=Flights(clock, selector=selector))
     for verdicts in (["baseline"] * 3 + ["suspect"], ["progressing"] * 3 + ["suspect"]):
@@ -164,8 +120,8 @@ def test_an_answer_that_came_while_the_loop_was_busy_is_in_time(raw_server: Call
         conn.sendall(whole_answer(page))
 
     url = raw_server(answer).url
-    clock = Clock()
-    selector = Jumping(clock, late=2.5)  # the answer is there, but the loop looks only 2.5 s later
+    clock = FakeClock()
+    selector = JumpingSelector(clock, late=2.5)  # the answer is there, but the loop looks only 2.5 s later
     watch = Watch(WatchConfig([url], timeout=2.0), {}, flights=Flights(clock, selector=selector))
     (row,) = watch.poll()
     assert selector.jumped == 2.5
@@ -183,8 +139,8 @@ def test_a_poll_the_watch_itself_overran_says_so_and_the_answer_counts_at_the_ne
         conn.sendall(whole_answer(page))
 
     server = raw_server(answer)
-    clock = Clock()
-    selector = Jumping(clock, late=10.0)  # past the exchange's deadline and the poll's (2 + 1 + 1 s)
+    clock = FakeClock()
+    selector = JumpingSelector(clock, late=10.0)  # past the exchange's deadline and the poll's (2 + 1 + 1 s)
     watch = Watch(WatchConfig([server.url], timeout=2.0), {}, flights=Flights(clock, selector=selector))
     (row,) = watch.poll()
     assert row.verdict == "suspect"
@@ -196,8 +152,8 @@ def test_a_poll_the_watch_itself_overran_says_so_and_the_answer_counts_at_the_ne
 
 def test_a_refused_endpoint_reads_as_the_probes_line() -> None:
     url = refused_url()
-    clock = Clock()
-    watch = Watch(WatchConfig([url], timeout=2.0), {}, flights=Flights(clock, selector=Jumping(clock)))
+    clock = FakeClock()
+    watch = Watch(WatchConfig([url], timeout=2.0), {}, flights=Flights(clock, selector=JumpingSelector(clock)))
     (row,) = watch.poll()
     config = WatchConfig([url], timeout=2.0)
     with pytest.raises(ScrapeError) as probe:
@@ -258,8 +214,8 @@ def asked(situation: str, *, blocking: bool) -> tuple[str, list[tuple[str, str]]
                 lambda: observe(engine.url, config, Memory(previous), time.monotonic, readiness=True), engine.base
             )
         else:
-            clock = Clock()
-            looks = Flights(clock, selector=Jumping(clock))
+            clock = FakeClock()
+            looks = Flights(clock, selector=JumpingSelector(clock))
             steps = look(engine.url, config, Memory(previous), readiness=True)
             got = outcome(lambda: drive(steps, looks), engine.base)
         return got, [(seen.method, seen.path) for seen in engine.requests]
@@ -285,8 +241,8 @@ def test_a_lookup_that_outlives_the_poll_leaves_the_endpoint_pending_with_one_lo
         return [(socket.AF_INET, socket.SOCK_STREAM, 6, ("127.0.0.1", port))]
 
     url = f"http://engine.invalid:{engine.port}/metrics"
-    clock = Clock()
-    looks = Flights(clock, selector=Jumping(clock), resolve=resolve)
+    clock = FakeClock()
+    looks = Flights(clock, selector=JumpingSelector(clock), resolve=resolve)
     watch = Watch(WatchConfig([url], timeout=2.0), {}, flights=looks)
     for _ in range(2):
         (row,) = watch.poll()
@@ -307,8 +263,8 @@ def test_a_lookup_that_outlives_the_poll_leaves_the_endpoint_pending_with_one_lo
 
 def test_more_endpoints_than_descriptors_wait_their_turn(engines: Callable[[], StubEngine]) -> None:
     moving = [engines() for _ in range(5)]
-    clock = Clock()
-    selector = Jumping(clock)
+    clock = FakeClock()
+    selector = JumpingSelector(clock)
     looks = Flights(clock, selector=selector, limit=2)
     watch = Watch(WatchConfig([engine.url for engine in moving], timeout=2.0), {}, flights=looks)
     assert [row.verdict for row in watch.poll()] == ["baseline"] * 5
@@ -326,8 +282,8 @@ def test_a_host_whose_first_address_refuses_is_reached_at_the_next(engines: Call
             (socket.AF_INET, socket.SOCK_STREAM, 6, ("127.0.0.1", port)),
         ]
 
-    clock = Clock()
-    looks = Flights(clock, selector=Jumping(clock), resolve=resolve)
+    clock = FakeClock()
+    looks = Flights(clock, selector=JumpingSelector(clock), resolve=resolve)
     url = f"http://engine.invalid:{engine.port}/metrics"
     watch = Watch(WatchConfig([url], timeout=2.0), {}, flights=looks)
     (row,) = watch.poll()
@@ -395,7 +351,7 @@ def test_at_most_readers_answers_are_read_at_once_and_every_look_ends(
         conn.sendall(answer[len(answer) // 2 :])
 
     servers = [raw_server(halves) for _ in range(6)]
-    clock = Clock()  # never moves: no deadline passes
+    clock = FakeClock()  # never moves: no deadline passes
     looks = Readers(clock, selector=Halves(6, rest), readers=2)
     config = WatchConfig([server.url for server in servers], timeout=2.0)
     started = [looks.start(server.url, look(server.url, config, Memory())) for server in servers]
@@ -421,8 +377,8 @@ def test_an_answer_waiting_for_a_reader_is_in_time_past_its_deadline(
         conn.sendall(whole_answer(BIG_PAGE))
 
     slow, fast = raw_server(stalls_after(whole_answer(BIG_PAGE)[:2000], sent)), raw_server(whole)
-    clock = Clock()
-    looks = Flights(clock, selector=Jumping(clock, lambda: int(sent.is_set())), readers=1)
+    clock = FakeClock()
+    looks = Flights(clock, selector=JumpingSelector(clock, lambda: int(sent.is_set())), readers=1)
     stalled = looks.start(slow.url, look(slow.url, WatchConfig([slow.url], timeout=5.0), Memory()))
     looks.run(clock.now + 0.001)  # the stalled answer's first bytes are read: it holds the one reader
     assert sent.is_set()
@@ -444,7 +400,7 @@ def test_an_answer_read_in_its_turn_has_until_its_later_deadline(raw_server: Cal
     sent = threading.Event()
     stall = stalls_after(whole_answer(BIG_PAGE)[:2000], sent)
     holder, late = raw_server(stall), raw_server(stall)
-    clock = Clock()
+    clock = FakeClock()
     begun = clock.now
     turn: list[Flight] = []
 
@@ -452,7 +408,7 @@ def test_an_answer_read_in_its_turn_has_until_its_later_deadline(raw_server: Cal
         exchange = turn[0].exchange if turn else None
         return int(sent.is_set()) + int(exchange is not None and bool(exchange.reading.data))
 
-    looks = Flights(clock, selector=Jumping(clock, silent), readers=1)
+    looks = Flights(clock, selector=JumpingSelector(clock, silent), readers=1)
     held = looks.start(holder.url, look(holder.url, WatchConfig([holder.url], timeout=1.5), Memory()))
     looks.run(clock.now + 0.001)  # its first bytes are read: it holds the one reader
     assert not held.done

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -26,11 +26,11 @@ import pytest
 
 from conftest import (
     RawServer,
-    clean_env,
     fixture_page,
     llamacpp_page,
     load_states,
     refused_url,
+    run_probe,
     save_states,
     sglang_page,
     vllm_engines_page,
@@ -47,31 +47,12 @@ Behave = Callable[[socket.socket, threading.Event], None]
 StartRaw = Callable[[Behave], RawServer]
 
 
-def probe(*args: str, env: dict[str, str] | None = None, timeout: float = 30) -> subprocess.CompletedProcess[str]:
-    """Run the probe exactly as a kubelet exec probe would, with no STALLPROBE_* from this process."""
-    clean = clean_env(**(env or {}))
-    return subprocess.run(
-        [sys.executable, "-m", "stallprobe", *args],
-        capture_output=True,
-        text=True,
-        env=clean,
-        timeout=timeout,
-        check=False,
-    )
-
-
 def one_line(result: subprocess.CompletedProcess[str]) -> str:
     """The probe's whole output: exactly one line on stdout, nothing on stderr (no traceback)."""
     assert result.stderr == ""
     lines = result.stdout.splitlines()
     assert len(lines) == 1, result.stdout
     return lines[0]
-
-
-@pytest.fixture
-def engine() -> Iterator[StubEngine]:
-    with StubEngine() as stub:
-        yield stub
 
 
 @pytest.fixture
@@ -94,9 +75,9 @@ def ago(seconds: float) -> float:
 # --- the verdicts, through the real command
 
 
-def test_first_run_is_a_baseline(engine: StubEngine, state_file: str) -> None:
-    engine.set(21, 900, 400)
-    result = probe("--url", engine.url, "--state-file", state_file)
+def test_first_run_is_a_baseline(served: StubEngine, state_file: str) -> None:
+    served.set(21, 900, 400)
+    result = run_probe("--url", served.url, "--state-file", state_file)
     assert result.returncode == ExitCode.OK
     assert one_line(result) == "baseline: 21 running, 0 waiting; first run, progress is judged from the next run"
     saved, _ = load_states(state_file, read_boot_id())
@@ -105,46 +86,46 @@ def test_first_run_is_a_baseline(engine: StubEngine, state_file: str) -> None:
     assert (saved["0"].last.running, saved["0"].last.generation, saved["0"].last.prompt) == (21, 900, 400)
 
 
-def test_frozen_busy_engine_is_suspect_then_stalled(engine: StubEngine, state_file: str) -> None:
+def test_frozen_busy_engine_is_suspect_then_stalled(served: StubEngine, state_file: str) -> None:
     from conftest import rewind
 
-    engine.set(21, 900, 400)
-    args = ("--url", engine.url, "--state-file", state_file)
-    assert probe(*args).returncode == ExitCode.OK
-    suspect = probe(*args, "--window", "600")
+    served.set(21, 900, 400)
+    args = ("--url", served.url, "--state-file", state_file)
+    assert run_probe(*args).returncode == ExitCode.OK
+    suspect = run_probe(*args, "--window", "600")
     assert suspect.returncode == ExitCode.OK
     assert re.fullmatch(
         r"suspect: 21 running, 0 waiting; no token progress for \d\.\d s \(window 600 s\)", one_line(suspect)
     )
     rewind(state_file, 0.5)  # the stall clock started at the first run: make 0.5 s more pass
-    stalled = probe(*args, "--window", "0.4")
+    stalled = run_probe(*args, "--window", "0.4")
     assert stalled.returncode == ExitCode.STALLED
     assert one_line(stalled).startswith("stalled: 21 running, 0 waiting; no token progress for ")
 
 
-def test_stalled_line_names_the_time_and_the_window(engine: StubEngine, state_file: str) -> None:
-    engine.set(21, 900, 400)
+def test_stalled_line_names_the_time_and_the_window(served: StubEngine, state_file: str) -> None:
+    served.set(21, 900, 400)
     remember(state_file, Sample(21, 900, 400, ago(134)))
-    result = probe("--url", engine.url, "--state-file", state_file)
+    result = run_probe("--url", served.url, "--state-file", state_file)
     assert result.returncode == ExitCode.STALLED
     assert re.fullmatch(
         r"stalled: 21 running, 0 waiting; no token progress for 13[45] s \(window 120 s\)", one_line(result)
     )
 
 
-def test_saturated_engine_is_alive_and_says_do_not_restart(engine: StubEngine, state_file: str) -> None:
-    engine.set(12, 5035, 900, waiting=99)
+def test_saturated_engine_is_alive_and_says_do_not_restart(served: StubEngine, state_file: str) -> None:
+    served.set(12, 5035, 900, waiting=99)
     remember(state_file, Sample(12, 5000, 900, ago(200), 80))
-    result = probe("--url", engine.url, "--state-file", state_file)
+    result = run_probe("--url", served.url, "--state-file", state_file)
     assert result.returncode == ExitCode.OK
     line = one_line(result)
     assert line.startswith("saturated: 12 running, 99 waiting; +0 prompt and +35 generation tokens in ")
     assert line.endswith("; busy, not stuck: do not restart")
 
 
-def test_real_vllm_page_gives_its_numbers(engine: StubEngine, state_file: str) -> None:
-    engine.route("/metrics", fixture_page("vllm-0.32.0-cpu-busy.prom"))
-    result = probe("--url", engine.url, "--state-file", state_file, "--json")
+def test_real_vllm_page_gives_its_numbers(served: StubEngine, state_file: str) -> None:
+    served.route("/metrics", fixture_page("vllm-0.32.0-cpu-busy.prom"))
+    result = run_probe("--url", served.url, "--state-file", state_file, "--json")
     assert result.returncode == ExitCode.OK
     fields = json.loads(one_line(result))
     assert fields["verdict"] == "baseline"
@@ -157,10 +138,10 @@ def test_real_vllm_page_gives_its_numbers(engine: StubEngine, state_file: str) -
     assert (fields["stalled_for"], fields["window"]) == (0, 120)
 
 
-def test_json_output_of_a_stall(engine: StubEngine, state_file: str) -> None:
-    engine.set(21, 900, 400)
+def test_json_output_of_a_stall(served: StubEngine, state_file: str) -> None:
+    served.set(21, 900, 400)
     remember(state_file, Sample(21, 900, 400, ago(134)))
-    result = probe("--url", engine.url, "--state-file", state_file, "--json", "--window", "60")
+    result = run_probe("--url", served.url, "--state-file", state_file, "--json", "--window", "60")
     assert result.returncode == ExitCode.STALLED
     fields = json.loads(one_line(result))
     assert fields["verdict"] == "stalled"
@@ -173,7 +154,7 @@ def test_json_output_of_a_stall(engine: StubEngine, state_file: str) -> None:
 
 
 def test_connection_refused_is_a_scrape_failure(state_file: str) -> None:
-    result = probe("--url", refused_url(), "--state-file", state_file)
+    result = run_probe("--url", refused_url(), "--state-file", state_file)
     assert result.returncode == ExitCode.SCRAPE
     assert re.fullmatch(r"error: scrape http://127\.0\.0\.1:\d+/metrics: connection refused .*", one_line(result))
     # No sample to remember: only what the run said on the container's log.
@@ -181,16 +162,16 @@ def test_connection_refused_is_a_scrape_failure(state_file: str) -> None:
 
 
 @pytest.mark.parametrize(("status", "words"), [(500, "HTTP 500"), (404, "HTTP 404"), (401, "HTTP 401")])
-def test_non_2xx_is_a_scrape_failure(engine: StubEngine, state_file: str, status: int, words: str) -> None:
-    engine.route("/metrics", engine.metrics_page, status)
-    result = probe("--url", engine.url, "--state-file", state_file, "--strict")
+def test_non_2xx_is_a_scrape_failure(served: StubEngine, state_file: str, status: int, words: str) -> None:
+    served.route("/metrics", served.metrics_page, status)
+    result = run_probe("--url", served.url, "--state-file", state_file, "--strict")
     assert result.returncode == ExitCode.SCRAPE
     assert words in one_line(result)
 
 
-def test_redirect_is_not_followed(engine: StubEngine, state_file: str) -> None:
-    engine.route("/metrics", b"", 302, headers={"Location": "http://example.invalid/metrics"})
-    result = probe("--url", engine.url, "--state-file", state_file, "--strict")
+def test_redirect_is_not_followed(served: StubEngine, state_file: str) -> None:
+    served.route("/metrics", b"", 302, headers={"Location": "http://example.invalid/metrics"})
+    result = run_probe("--url", served.url, "--state-file", state_file, "--strict")
     assert result.returncode == ExitCode.SCRAPE
     assert "HTTP 302" in one_line(result)
     assert "not followed" in one_line(result)
@@ -230,7 +211,7 @@ def test_a_slow_answer_is_no_sample_and_the_run_ends_within_the_deadline(
     """A saturated engine's server can be slow: no answer in time is `suspect` (exit 0), not a failure."""
     server = raw_server(behave)
     started = time.monotonic()
-    result = probe("--url", server.url, "--state-file", state_file, "--timeout", "0.5")
+    result = run_probe("--url", server.url, "--state-file", state_file, "--timeout", "0.5")
     elapsed = time.monotonic() - started
     assert result.returncode == ExitCode.OK
     assert one_line(result) == (
@@ -253,7 +234,7 @@ def test_misbehaving_server_is_a_scrape_failure_within_the_deadline(
 ) -> None:
     server = raw_server(behave)
     started = time.monotonic()
-    result = probe("--url", server.url, "--state-file", state_file, "--timeout", "0.5")
+    result = run_probe("--url", server.url, "--state-file", state_file, "--timeout", "0.5")
     elapsed = time.monotonic() - started
     assert result.returncode == ExitCode.SCRAPE
     assert re.search(words, one_line(result))
@@ -277,17 +258,17 @@ def test_misbehaving_server_is_a_scrape_failure_within_the_deadline(
         (vllm_page(1, 2, 3) + b"vllm:num_requests_running{model_name=oops} 1\n", "malformed label set"),
     ],
 )
-def test_not_a_metrics_page(engine: StubEngine, state_file: str, page: bytes, words: str) -> None:
-    engine.route("/metrics", page)
-    result = probe("--url", engine.url, "--state-file", state_file, "--strict")
+def test_not_a_metrics_page(served: StubEngine, state_file: str, page: bytes, words: str) -> None:
+    served.route("/metrics", page)
+    result = run_probe("--url", served.url, "--state-file", state_file, "--strict")
     assert result.returncode == ExitCode.METRICS
     assert words in one_line(result)
 
 
-def test_corrupt_state_restarts_the_baseline_and_is_rewritten(engine: StubEngine, state_file: str) -> None:
-    engine.set(2, 5, 5)
+def test_corrupt_state_restarts_the_baseline_and_is_rewritten(served: StubEngine, state_file: str) -> None:
+    served.set(2, 5, 5)
     Path(state_file).write_bytes(b"\x00\xffgarbage{")
-    result = probe("--url", engine.url, "--state-file", state_file)
+    result = run_probe("--url", served.url, "--state-file", state_file)
     assert result.returncode == ExitCode.OK
     assert one_line(result) == (
         "baseline: 2 running, 0 waiting; state file is not text, progress is judged from the next run"
@@ -296,17 +277,17 @@ def test_corrupt_state_restarts_the_baseline_and_is_rewritten(engine: StubEngine
     assert (saved is not None, why) == (True, "")
 
 
-def test_unwritable_state_file_is_exit_5(engine: StubEngine, tmp_path: Path) -> None:
+def test_unwritable_state_file_is_exit_5(served: StubEngine, tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
-    result = probe("--url", engine.url, "--state-file", str(tmp_path / "file" / "probe.state"), "--strict")
+    result = run_probe("--url", served.url, "--state-file", str(tmp_path / "file" / "probe.state"), "--strict")
     assert result.returncode == ExitCode.STATE
     assert one_line(result).endswith("mount an emptyDir at /tmp or point --state-file elsewhere")
 
 
-def test_sixteen_probes_at_once_leave_a_valid_file(engine: StubEngine, state_file: str) -> None:
-    engine.set(5, 100, 100)
+def test_sixteen_probes_at_once_leave_a_valid_file(served: StubEngine, state_file: str) -> None:
+    served.set(5, 100, 100)
     with ThreadPoolExecutor(16) as pool:
-        results = list(pool.map(lambda _: probe("--url", engine.url, "--state-file", state_file), range(16)))
+        results = list(pool.map(lambda _: run_probe("--url", served.url, "--state-file", state_file), range(16)))
     assert [r.returncode for r in results] == [0] * 16
     for result in results:
         assert re.match(r"(baseline|suspect): 5 running", one_line(result))
@@ -320,45 +301,45 @@ def test_sixteen_probes_at_once_leave_a_valid_file(engine: StubEngine, state_fil
 # --- flags and environment
 
 
-def test_environment_variables_configure_the_probe(engine: StubEngine, state_file: str) -> None:
-    engine.set(21, 900, 400)
+def test_environment_variables_configure_the_probe(served: StubEngine, state_file: str) -> None:
+    served.set(21, 900, 400)
     remember(state_file, Sample(21, 900, 400, ago(50)))
     env = {
-        "STALLPROBE_URL": engine.url,
+        "STALLPROBE_URL": served.url,
         "STALLPROBE_STATE_FILE": state_file,
         "STALLPROBE_WINDOW": "30",
         "STALLPROBE_TIMEOUT": "2",
         "STALLPROBE_JSON": "1",
     }
-    result = probe(env=env)
+    result = run_probe(env=env)
     assert result.returncode == ExitCode.STALLED
     assert json.loads(one_line(result))["window"] == 30
 
 
-def test_flags_win_over_the_environment(engine: StubEngine, state_file: str) -> None:
-    engine.set(21, 900, 400)
+def test_flags_win_over_the_environment(served: StubEngine, state_file: str) -> None:
+    served.set(21, 900, 400)
     remember(state_file, Sample(21, 900, 400, ago(50)))
     env = {"STALLPROBE_URL": refused_url(), "STALLPROBE_WINDOW": "30", "STALLPROBE_STATE_FILE": "/nonexistent/x"}
-    result = probe("--url", engine.url, "--window", "300", "--state-file", state_file, env=env)
+    result = run_probe("--url", served.url, "--window", "300", "--state-file", state_file, env=env)
     assert result.returncode == ExitCode.OK
     assert one_line(result).startswith("suspect: ")
 
 
-def test_saturation_threshold_flag(engine: StubEngine, state_file: str) -> None:
-    engine.set(4, 20, 20, waiting=3)
+def test_saturation_threshold_flag(served: StubEngine, state_file: str) -> None:
+    served.set(4, 20, 20, waiting=3)
     remember(state_file, Sample(4, 10, 20, ago(10)))
-    result = probe("--url", engine.url, "--state-file", state_file, "--saturation", "4")
+    result = run_probe("--url", served.url, "--state-file", state_file, "--saturation", "4")
     assert one_line(result).startswith("progressing: 4 running, 3 waiting")
     remember(state_file, Sample(4, 10, 20, ago(10)))
-    result = probe("--url", engine.url, "--state-file", state_file, env={"STALLPROBE_SATURATION": "3"})
+    result = run_probe("--url", served.url, "--state-file", state_file, env={"STALLPROBE_SATURATION": "3"})
     assert one_line(result).startswith("saturated: 4 running, 3 waiting")
 
 
-def test_default_state_file_is_per_url_in_tmpdir(engine: StubEngine, tmp_path: Path) -> None:
-    engine.set(1, 1, 1)
-    probe("--url", engine.url, env={"TMPDIR": str(tmp_path)})
-    other = engine.url.replace("/metrics", "/metrics?x=1")
-    probe("--url", other, env={"TMPDIR": str(tmp_path)})
+def test_default_state_file_is_per_url_in_tmpdir(served: StubEngine, tmp_path: Path) -> None:
+    served.set(1, 1, 1)
+    run_probe("--url", served.url, env={"TMPDIR": str(tmp_path)})
+    other = served.url.replace("/metrics", "/metrics?x=1")
+    run_probe("--url", other, env={"TMPDIR": str(tmp_path)})
     names = sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock"))
     assert len(names) == 2
     assert all(n.startswith("stallprobe-127.0.0.1_") and n.endswith(".state") for n in names)
@@ -406,13 +387,13 @@ def test_usage_errors_name_the_flag_and_value(
 
 
 def test_usage_error_through_the_real_command() -> None:
-    result = probe("--window", "0")
+    result = run_probe("--window", "0")
     assert result.returncode == 2
     assert one_line(result) == "error: --window must be a number > 0 (got '0')"
 
 
 def test_usage_error_in_json() -> None:
-    result = probe("--json", "--timeout", "x")
+    result = run_probe("--json", "--timeout", "x")
     assert result.returncode == ExitCode.USAGE
     assert json.loads(one_line(result)) == {
         "verdict": "error",
@@ -422,25 +403,25 @@ def test_usage_error_in_json() -> None:
 
 
 def test_scrape_error_in_json(state_file: str) -> None:
-    result = probe("--url", refused_url(), "--state-file", state_file, env={"STALLPROBE_JSON": "true"})
+    result = run_probe("--url", refused_url(), "--state-file", state_file, env={"STALLPROBE_JSON": "true"})
     fields = json.loads(one_line(result))
     assert (fields["verdict"], fields["exit_code"], result.returncode) == ("error", 3, 3)
     assert "connection refused" in fields["error"]
 
 
 def test_help_lists_every_flag_env_and_exit_code() -> None:
-    result = probe("--help")
+    result = run_probe("--help")
     assert result.returncode == ExitCode.OK
     assert result.stdout == help_text() + "\n"
     for flag in ("--url", "--window", "--timeout", "--state-file", "--saturation", "--json", "--version"):
         assert flag in result.stdout
-    for code, meanings in EXIT_TABLE.items():
-        if "probe" in meanings:
-            assert f"  {code}  {meanings['probe']}\n" in result.stdout
+    rows = [f"  {code}  {meanings['probe']}\n" for code, meanings in EXIT_TABLE.items() if "probe" in meanings]
+    assert len(rows) >= 7
+    assert [row for row in rows if row not in result.stdout] == []
 
 
 def test_version() -> None:
-    result = probe("--version")
+    result = run_probe("--version")
     assert result.returncode == ExitCode.OK
     assert re.fullmatch(r"stallprobe \d+\.\d+\.\d+", one_line(result))
 
@@ -480,12 +461,12 @@ def test_every_error_carries_a_documented_exit_code() -> None:
         assert error.exit_code not in (ExitCode.OK, ExitCode.STALLED), error
 
 
-def test_installed_script_behaves_like_the_module(engine: StubEngine, state_file: str) -> None:
+def test_installed_script_behaves_like_the_module(served: StubEngine, state_file: str) -> None:
     script = Path(sys.executable).parent / "stallprobe"
     assert script.exists(), "the package must install a `stallprobe` script"
-    engine.set(0, 0, 0)
+    served.set(0, 0, 0)
     result = subprocess.run(
-        [str(script), "--url", engine.url, "--state-file", state_file],
+        [str(script), "--url", served.url, "--state-file", state_file],
         capture_output=True,
         text=True,
         check=False,
@@ -505,7 +486,7 @@ def endless(conn: socket.socket, stop: threading.Event) -> None:
 
 def test_runaway_page_is_cut_off_at_the_cap(raw_server: StartRaw, state_file: str) -> None:
     server = raw_server(endless)
-    result = probe("--url", server.url, "--state-file", state_file, "--timeout", "20")
+    result = run_probe("--url", server.url, "--state-file", state_file, "--timeout", "20")
     assert result.returncode == ExitCode.SCRAPE
     assert one_line(result).endswith(f"page larger than {32 * 1024 * 1024} bytes")
 
@@ -520,15 +501,15 @@ def dp_page(engines: dict[str, tuple[float, float, float]]) -> bytes:
     )
 
 
-def test_one_wedged_engine_among_moving_ones_is_named(engine: StubEngine, state_file: str) -> None:
+def test_one_wedged_engine_among_moving_ones_is_named(served: StubEngine, state_file: str) -> None:
     then = ago(200)
     save_states(
         state_file,
         {"0": State(Sample(3, 100, 50, then)), "1": State(Sample(4, 700, 90, then))},
         read_boot_id(),
     )
-    engine.route("/metrics", dp_page({"0": (3, 50, 900), "1": (4, 90, 700)}))
-    result = probe("--url", engine.url, "--state-file", state_file)
+    served.route("/metrics", dp_page({"0": (3, 50, 900), "1": (4, 90, 700)}))
+    result = run_probe("--url", served.url, "--state-file", state_file)
     assert result.returncode == ExitCode.STALLED
     assert re.fullmatch(
         r"stalled: engine 1 of 2: 4 running, 0 waiting; no token progress for 20\d s \(window 120 s\)", one_line(result)
@@ -538,9 +519,9 @@ def test_one_wedged_engine_among_moving_ones_is_named(engine: StubEngine, state_
     assert sorted(saved) == ["0", "1"]
 
 
-def test_engines_in_json(engine: StubEngine, state_file: str) -> None:
-    engine.route("/metrics", dp_page({"0": (3, 50, 900), "1": (0, 90, 700)}))
-    fields = json.loads(one_line(probe("--url", engine.url, "--state-file", state_file, "--json")))
+def test_engines_in_json(served: StubEngine, state_file: str) -> None:
+    served.route("/metrics", dp_page({"0": (3, 50, 900), "1": (0, 90, 700)}))
+    fields = json.loads(one_line(run_probe("--url", served.url, "--state-file", state_file, "--json")))
     assert (fields["dialect"], fields["engine"], fields["running"], fields["generation_tokens"]) == (
         "vllm",
         "0",
@@ -584,46 +565,46 @@ def test_engines_in_json(engine: StubEngine, state_file: str) -> None:
     ],
 )
 def test_each_engine_through_the_real_command(
-    engine: StubEngine, state_file: str, before: bytes, after: bytes, flags: list[str], code: int, start: str
+    served: StubEngine, state_file: str, before: bytes, after: bytes, flags: list[str], code: int, start: str
 ) -> None:
     from conftest import rewind
 
-    engine.route("/metrics", before)
-    args = ["--url", engine.url, "--state-file", state_file, *flags]
-    assert probe(*args).returncode == 0
-    engine.route("/metrics", after)
+    served.route("/metrics", before)
+    args = ["--url", served.url, "--state-file", state_file, *flags]
+    assert run_probe(*args).returncode == 0
+    served.route("/metrics", after)
     rewind(state_file, 0.3)
-    result = probe(*args, "--window", "0.2")
+    result = run_probe(*args, "--window", "0.2")
     assert (result.returncode, one_line(result)[: len(start)]) == (code, start)
 
 
-def test_llamacpp_stall_line_says_when_rounding_can_hide_progress(engine: StubEngine, state_file: str) -> None:
+def test_llamacpp_stall_line_says_when_rounding_can_hide_progress(served: StubEngine, state_file: str) -> None:
     from conftest import rewind
 
-    engine.route("/metrics", llamacpp_page(1, 3.5e6, 2.1e6, 4.20001e6))
-    args = ["--url", engine.url, "--state-file", state_file]
-    probe(*args)
+    served.route("/metrics", llamacpp_page(1, 3.5e6, 2.1e6, 4.20001e6))
+    args = ["--url", served.url, "--state-file", state_file]
+    run_probe(*args)
     rewind(state_file, 0.3)
-    line = one_line(probe(*args, "--window", "0.2"))
+    line = one_line(run_probe(*args, "--window", "0.2"))
     assert line.startswith("stalled: 1 running")
     assert line.endswith("; llamacpp prints 6 significant digits, so an advance under 10 is invisible")
 
 
-def test_engine_flag_on_the_wrong_page_is_exit_4(engine: StubEngine, state_file: str) -> None:
-    engine.route("/metrics", llamacpp_page(1, 1, 1, 1))
-    result = probe("--url", engine.url, "--state-file", state_file, "--engine", "vllm", "--strict")
+def test_engine_flag_on_the_wrong_page_is_exit_4(served: StubEngine, state_file: str) -> None:
+    served.route("/metrics", llamacpp_page(1, 1, 1, 1))
+    result = run_probe("--url", served.url, "--state-file", state_file, "--engine", "vllm", "--strict")
     assert result.returncode == ExitCode.METRICS
     assert one_line(result).startswith("error: not a vllm metrics page: none of vllm:num_requests_running")
 
 
-def test_ambiguous_page_is_exit_4(engine: StubEngine, state_file: str) -> None:
-    engine.route("/metrics", vllm_page(1, 2, 3) + llamacpp_page(1, 1, 1, 1))
-    result = probe("--url", engine.url, "--state-file", state_file, "--strict")
+def test_ambiguous_page_is_exit_4(served: StubEngine, state_file: str) -> None:
+    served.route("/metrics", vllm_page(1, 2, 3) + llamacpp_page(1, 1, 1, 1))
+    result = run_probe("--url", served.url, "--state-file", state_file, "--strict")
     assert result.returncode == ExitCode.METRICS
     assert one_line(result) == "error: the page fits vllm and llamacpp: pass --engine to choose"
 
 
-def test_renamed_families_through_flags(engine: StubEngine, state_file: str) -> None:
+def test_renamed_families_through_flags(served: StubEngine, state_file: str) -> None:
     from conftest import rewind
 
     page = (
@@ -631,45 +612,47 @@ def test_renamed_families_through_flags(engine: StubEngine, state_file: str) -> 
         .replace(b"vllm:num_requests_running", b"fork:busy")
         .replace(b"vllm:prompt_tokens", b"fork:prefill")
     )
-    engine.route("/metrics", page)
-    args = ["--url", engine.url, "--state-file", state_file, "--running-metric", "fork:busy"]
+    served.route("/metrics", page)
+    args = ["--url", served.url, "--state-file", state_file, "--running-metric", "fork:busy"]
     env = {"STALLPROBE_PROMPT_METRIC": "fork:prefill_total"}
-    assert one_line(probe(*args, env=env)).startswith("baseline: 2 running")
+    assert one_line(run_probe(*args, env=env)).startswith("baseline: 2 running")
     rewind(state_file, 0.3)
-    assert probe(*args, "--window", "0.2", env=env).returncode == ExitCode.STALLED
+    assert run_probe(*args, "--window", "0.2", env=env).returncode == ExitCode.STALLED
 
 
-def test_engine_label_none_judges_the_page_as_one(engine: StubEngine, state_file: str) -> None:
-    engine.route("/metrics", dp_page({"0": (3, 50, 900), "1": (4, 90, 700)}))
-    line = one_line(probe("--url", engine.url, "--state-file", state_file, "--engine-label", "none"))
+def test_engine_label_none_judges_the_page_as_one(served: StubEngine, state_file: str) -> None:
+    served.route("/metrics", dp_page({"0": (3, 50, 900), "1": (4, 90, 700)}))
+    line = one_line(run_probe("--url", served.url, "--state-file", state_file, "--engine-label", "none"))
     assert line.startswith("baseline: 7 running, 0 waiting; first run")
 
 
-def test_include_waiting_stalls_a_queue_behind_nothing(engine: StubEngine, state_file: str) -> None:
-    engine.set(0, 10, 10, waiting=5)
+def test_include_waiting_stalls_a_queue_behind_nothing(served: StubEngine, state_file: str) -> None:
+    served.set(0, 10, 10, waiting=5)
     remember(state_file, Sample(0, 10, 10, ago(300), 5))
-    args = ["--url", engine.url, "--state-file", state_file]
-    assert one_line(probe(*args)) == "idle: 0 running, 5 waiting"
+    args = ["--url", served.url, "--state-file", state_file]
+    assert one_line(run_probe(*args)) == "idle: 0 running, 5 waiting"
     remember(state_file, Sample(0, 10, 10, ago(300), 5))
-    result = probe(*args, "--include-waiting")
+    result = run_probe(*args, "--include-waiting")
     assert result.returncode == ExitCode.STALLED
     assert one_line(result).startswith("stalled: 0 running, 5 waiting; no token progress for 30")
     remember(state_file, Sample(0, 10, 10, ago(300), 5))
-    assert probe(*args, env={"STALLPROBE_INCLUDE_WAITING": "1"}).returncode == ExitCode.STALLED
+    assert run_probe(*args, env={"STALLPROBE_INCLUDE_WAITING": "1"}).returncode == ExitCode.STALLED
 
 
-def test_progress_metric_counts_as_life(engine: StubEngine, state_file: str) -> None:
+def test_progress_metric_counts_as_life(served: StubEngine, state_file: str) -> None:
     from conftest import rewind
 
-    args = ["--url", engine.url, "--state-file", state_file, "--window", "0.2"]
-    engine.route("/metrics", vllm_page(2, 10, 10) + b"custom_steps 1\nother_beat 5\n")
-    probe(*args, "--progress-metric", "custom_steps", "--progress-metric", "other_beat")
-    engine.route("/metrics", vllm_page(2, 10, 10) + b"custom_steps 2\nother_beat 5\n")
+    args = ["--url", served.url, "--state-file", state_file, "--window", "0.2"]
+    served.route("/metrics", vllm_page(2, 10, 10) + b"custom_steps 1\nother_beat 5\n")
+    run_probe(*args, "--progress-metric", "custom_steps", "--progress-metric", "other_beat")
+    served.route("/metrics", vllm_page(2, 10, 10) + b"custom_steps 2\nother_beat 5\n")
     rewind(state_file, 0.3)
-    result = probe(*args, "--progress-metric", "custom_steps", "--progress-metric", "other_beat")
+    result = run_probe(*args, "--progress-metric", "custom_steps", "--progress-metric", "other_beat")
     assert (result.returncode, one_line(result)[:24]) == (0, "progressing: 2 running, ")
     rewind(state_file, 0.3)
-    assert probe(*args, env={"STALLPROBE_PROGRESS_METRIC": "custom_steps, other_beat"}).returncode == ExitCode.STALLED
+    assert (
+        run_probe(*args, env={"STALLPROBE_PROGRESS_METRIC": "custom_steps, other_beat"}).returncode == ExitCode.STALLED
+    )
 
 
 ENGINE_USAGE: list[tuple[list[str], dict[str, str], str]] = [

@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from conftest import clean_env, fixture_page, refused_url, rewind
+from conftest import fixture_page, refused_url, rewind, run_probe
 from stallprobe.errors import ExitCode
 from stubengine import Route, StubEngine
 
@@ -25,13 +23,6 @@ REAL = fixture_page("vllm-0.32.0-cpu-busy.prom")
 RENAMED = REAL.replace(b"vllm:generation_tokens_total", b"vllm:generation_tokens_renamed_total")
 HTML = b"<!DOCTYPE html><html><body>It works!</body></html>"
 UNJUDGED = r"unjudged: .*; /health answers 2xx, so the engine serves \(the probe cannot judge its progress\)"
-
-
-def probe(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    clean = clean_env(**(env or {}))
-    return subprocess.run(
-        [sys.executable, "-m", "stallprobe", *args], capture_output=True, text=True, env=clean, timeout=60, check=False
-    )
 
 
 def renamed(engine: StubEngine) -> None:
@@ -141,9 +132,9 @@ def test_a_probe_that_cannot_judge_asks_the_health_route(
     state = tmp_path / "ro" / "probe.state" if read_only else tmp_path / "probe.state"
     if "SECOND" in flags:  # the canary goes only to an engine seen idle before: a first run
         flags = tuple(flag for flag in flags if flag != "SECOND")
-        probe("--url", engine.url, "--state-file", str(state), *flags)
+        run_probe("--url", engine.url, "--state-file", str(state), *flags)
         engine.requests.clear()
-    result = probe("--url", engine.url, "--state-file", str(state), *flags)
+    result = run_probe("--url", engine.url, "--state-file", str(state), *flags)
     assert (result.returncode, result.stderr) == (code, ""), result.stdout
     assert result.stdout.count("\n") == 1
     assert re.fullmatch(pattern, result.stdout.strip()), result.stdout
@@ -153,17 +144,17 @@ def test_a_probe_that_cannot_judge_asks_the_health_route(
 
 def test_a_server_that_does_not_answer_stays_a_failure(tmp_path: Path) -> None:
     url = refused_url()
-    result = probe("--url", url, "--state-file", str(tmp_path / "s"))
+    result = run_probe("--url", url, "--state-file", str(tmp_path / "s"))
     assert result.returncode == ExitCode.SCRAPE
     assert "connection refused" in result.stdout
 
 
 def test_a_page_silent_for_the_window_stays_stalled(engine: StubEngine, tmp_path: Path) -> None:
     state = str(tmp_path / "probe.state")
-    assert probe("--url", engine.url, "--state-file", state).returncode == ExitCode.OK
+    assert run_probe("--url", engine.url, "--state-file", state).returncode == ExitCode.OK
     engine.route("/metrics", REAL, delay=3)
     rewind(state, 200)
-    result = probe("--url", engine.url, "--state-file", state, "--timeout", "0.5")
+    result = run_probe("--url", engine.url, "--state-file", state, "--timeout", "0.5")
     assert result.returncode == ExitCode.STALLED, result.stdout
     assert result.stdout.startswith("stalled: ")
     assert engine.count("/health") == 0
@@ -171,7 +162,7 @@ def test_a_page_silent_for_the_window_stays_stalled(engine: StubEngine, tmp_path
 
 def test_unjudged_in_json(engine: StubEngine, tmp_path: Path) -> None:
     html(engine)
-    result = probe("--url", engine.url, "--state-file", str(tmp_path / "s"), "--json", "--ready")
+    result = run_probe("--url", engine.url, "--state-file", str(tmp_path / "s"), "--json", "--ready")
     assert result.returncode == ExitCode.OK
     fields = json.loads(result.stdout)
     assert (fields["verdict"], fields["exit_code"], fields["ready"]) == ("unjudged", 0, True)
@@ -185,14 +176,14 @@ def test_unjudged_in_json(engine: StubEngine, tmp_path: Path) -> None:
 
 def test_report_only_says_the_stall_and_exits_0(engine: StubEngine, tmp_path: Path) -> None:
     state = str(tmp_path / "probe.state")
-    assert probe("--url", engine.url, "--state-file", state, "--report-only").returncode == ExitCode.OK
+    assert run_probe("--url", engine.url, "--state-file", state, "--report-only").returncode == ExitCode.OK
     rewind(state, 200)
-    result = probe("--url", engine.url, "--state-file", state, "--report-only")
+    result = run_probe("--url", engine.url, "--state-file", state, "--report-only")
     assert (result.returncode, result.stderr) == (ExitCode.OK, "")
     assert re.fullmatch(r"stalled: 2 running, .*; report-only: exit 0, not 1\n", result.stdout), result.stdout
     assert engine.count("/health") == 1  # asked only because the run would have failed
     # The state is kept: the stall clock runs on, so the next run is stalled too (and fails without the flag).
-    result = probe("--url", engine.url, "--state-file", state)
+    result = run_probe("--url", engine.url, "--state-file", state)
     assert result.returncode == ExitCode.STALLED
 
 
@@ -201,11 +192,11 @@ def test_report_only_from_the_environment_acts_on_liveness_alone(engine: StubEng
     only moves traffic, keeps draining a stuck engine whatever it says."""
     state = str(tmp_path / "probe.state")
     env = {"STALLPROBE_REPORT_ONLY": "1"}
-    assert probe("--url", engine.url, "--state-file", state, env=env).returncode == ExitCode.OK
+    assert run_probe("--url", engine.url, "--state-file", state, env=env).returncode == ExitCode.OK
     rewind(state, 200)
-    live = probe("--url", engine.url, "--state-file", state, env=env)
+    live = run_probe("--url", engine.url, "--state-file", state, env=env)
     assert (live.returncode, live.stdout.startswith("stalled: ")) == (ExitCode.OK, True), live.stdout
-    ready = probe("--url", engine.url, "--state-file", state, "--ready", env=env)
+    ready = run_probe("--url", engine.url, "--state-file", state, "--ready", env=env)
     assert ready.returncode == ExitCode.STALLED
     assert re.fullmatch(r"not ready: stalled: [^\n]*\n", ready.stdout), ready.stdout
     assert "report-only" not in ready.stdout
@@ -214,7 +205,7 @@ def test_report_only_from_the_environment_acts_on_liveness_alone(engine: StubEng
 def frozen(engine: StubEngine, tmp_path: Path, health_route: Route | None = None) -> str:
     """A state file whose engine has been busy and frozen for 200 s, and the health route as given."""
     state = str(tmp_path / "probe.state")
-    assert probe("--url", engine.url, "--state-file", state).returncode == ExitCode.OK
+    assert run_probe("--url", engine.url, "--state-file", state).returncode == ExitCode.OK
     rewind(state, 200)
     if health_route is not None:
         engine.routes["/health"] = health_route
@@ -237,7 +228,7 @@ def test_report_only_never_excuses_what_an_httpget_of_the_health_route_fails_on(
     engine: StubEngine, tmp_path: Path, health_route: Route, code: int, words: str
 ) -> None:
     state = frozen(engine, tmp_path, health_route)
-    result = probe("--url", engine.url, "--state-file", state, "--report-only", "--timeout", "1")
+    result = run_probe("--url", engine.url, "--state-file", state, "--report-only", "--timeout", "1")
     assert (result.returncode, result.stderr) == (code, ""), result.stdout
     assert result.stdout.startswith("stalled: ")
     assert words.replace("PORT", str(engine.port)) in result.stdout, result.stdout
@@ -257,19 +248,19 @@ def test_report_only_excuses_the_probe_s_own_errors_never_a_dead_server(
     engine: StubEngine, tmp_path: Path, args: tuple[str, ...], code: int, excused: bool, words: str
 ) -> None:
     argv = [refused_url() if arg == "REFUSED" else arg for arg in args]
-    result = probe(*argv, "--state-file", str(tmp_path / "s"), "--report-only")
+    result = run_probe(*argv, "--state-file", str(tmp_path / "s"), "--report-only")
     assert (result.returncode, result.stderr) == (ExitCode.OK if excused else code, ""), result.stdout
     assert result.stdout.startswith("error: ")
     assert words in result.stdout
     assert result.stdout.rstrip().endswith(f"; report-only: exit 0, not {code}") == excused
     # Without the flag, the same run fails with that code.
-    plain = probe(*argv, "--state-file", str(tmp_path / "s"))
+    plain = run_probe(*argv, "--state-file", str(tmp_path / "s"))
     assert plain.returncode == code
 
 
 def test_report_only_asks_the_health_route_even_with_strict(engine: StubEngine, tmp_path: Path) -> None:
     html(engine)
-    result = probe("--url", engine.url, "--state-file", str(tmp_path / "s"), "--report-only", "--strict")
+    result = run_probe("--url", engine.url, "--state-file", str(tmp_path / "s"), "--report-only", "--strict")
     assert result.returncode == ExitCode.OK
     assert re.fullmatch(UNJUDGED, result.stdout.strip()), result.stdout
 
@@ -279,14 +270,14 @@ def test_the_kill_switch_file_turns_liveness_report_only_between_two_runs(engine
     switch = tmp_path / "report-only"
     state = frozen(engine, tmp_path)
     args = ("--url", engine.url, "--state-file", state, "--report-only-file", str(switch))
-    assert probe(*args).returncode == ExitCode.STALLED  # no file: the key is not in the ConfigMap
+    assert run_probe(*args).returncode == ExitCode.STALLED  # no file: the key is not in the ConfigMap
     switch.write_text("true")
-    on = probe(*args)
+    on = run_probe(*args)
     assert (on.returncode, on.stdout.rstrip().endswith("report-only: exit 0, not 1")) == (ExitCode.OK, True)
-    assert probe(*args, "--ready").returncode == ExitCode.STALLED  # readiness keeps draining
+    assert run_probe(*args, "--ready").returncode == ExitCode.STALLED  # readiness keeps draining
     switch.write_text("false\n")
-    assert probe(*args).returncode == ExitCode.STALLED
+    assert run_probe(*args).returncode == ExitCode.STALLED
     switch.write_text("maybe")  # anything but a word read as false holds restarts back
-    assert probe(*args).returncode == ExitCode.OK
+    assert run_probe(*args).returncode == ExitCode.OK
     switch.unlink()
-    assert probe(*args).returncode == ExitCode.STALLED
+    assert run_probe(*args).returncode == ExitCode.STALLED

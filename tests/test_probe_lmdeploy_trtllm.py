@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, rewind, run_probe
+from conftest import REPO, probe_line, rewind
 from stallprobe.api import CONFIRM_TIMEOUT
 from stallprobe.engines import LMDEPLOY, TRTLLM
 from stallprobe.errors import ExitCode
@@ -37,35 +37,26 @@ def page(name: str) -> Route:
     return Route((BUILT / name).read_bytes(), content_type=PROMETHEUS)
 
 
-def probe(url: str, state: Path, *args: str) -> tuple[int, str]:
-    """The exact command a pod runs (python3 -m stallprobe ...); its exit code and its one line."""
-    result = run_probe("--url", url, "--state-file", str(state), "--timeout", "1", *args)
-    assert result.stderr == ""
-    assert result.stdout.count("\n") == 1, result.stdout
-    return result.returncode, result.stdout.rstrip("\n")
-
-
 # --- LMDeploy: lmdeploy serve api_server, its page at /metrics
 
 
 @pytest.fixture
-def lmdeploy() -> Iterator[StubEngine]:
+def lmdeploy(served: StubEngine) -> StubEngine:
     """An awake LMDeploy api_server (one dp rank) whose page is its busy one."""
-    with StubEngine() as stub:
-        stub.routes["/metrics"] = page("lmdeploy-0.18.0-busy.prom")
-        stub.routes["/is_sleeping"] = Route(b'{"is_sleeping":false}')
-        stub.routes["/health"] = Route(LMDEPLOY_HEALTHY)
-        yield stub
+    served.routes["/metrics"] = page("lmdeploy-0.18.0-busy.prom")
+    served.routes["/is_sleeping"] = Route(b'{"is_sleeping":false}')
+    served.routes["/health"] = Route(LMDEPLOY_HEALTHY)
+    return served
 
 
 def test_lmdeploy_whose_tokens_move_is_progressing(lmdeploy: StubEngine, tmp_path: Path) -> None:
     state = tmp_path / "probe.state"
-    assert probe(lmdeploy.url, state) == (
+    assert probe_line(lmdeploy.url, state) == (
         ExitCode.OK,
         "baseline: 3 running, 1 waiting; first run, progress is judged from the next run",
     )
     lmdeploy.routes["/metrics"] = page("lmdeploy-0.18.0-busy-later.prom")  # the next 10-second tick
-    code, line = probe(lmdeploy.url, state)
+    code, line = probe_line(lmdeploy.url, state)
     assert (code, line.split(" in ")[0]) == (
         ExitCode.OK,
         "progressing: 3 running, 0 waiting; +512 prompt and +460 generation tokens",
@@ -78,17 +69,17 @@ def test_lmdeploy_frozen_is_suspect_then_stalled_at_the_window(lmdeploy: StubEng
     would be suspect asks /is_sleeping, and awake it changes nothing."""
     state = tmp_path / "probe.state"
     lmdeploy.routes["/metrics"] = page("lmdeploy-0.18.0-busy-later.prom")
-    assert probe(lmdeploy.url, state)[0] == ExitCode.OK
-    code, line = probe(lmdeploy.url, state)
+    assert probe_line(lmdeploy.url, state)[0] == ExitCode.OK
+    code, line = probe_line(lmdeploy.url, state)
     assert (code, line.split(";")[0]) == (ExitCode.OK, "suspect: 3 running, 0 waiting")
     assert line.endswith(f"(window {WINDOW:.0f} s)")  # LMDeploy's page shows a long request: no caveat
     assert lmdeploy.count("/is_sleeping") == 1
     rewind(state, WINDOW)
-    assert probe(lmdeploy.url, state) == (
+    assert probe_line(lmdeploy.url, state) == (
         ExitCode.STALLED,
         "stalled: 3 running, 0 waiting; no token progress for 120 s (window 120 s)",
     )
-    code, line = probe(lmdeploy.url, state, "--ready")
+    code, line = probe_line(lmdeploy.url, state, "--ready")
     assert (code, line) == (
         ExitCode.STALLED,
         "not ready: stalled: 3 running, 0 waiting; no token progress for 120 s (window 30 s)",
@@ -100,24 +91,24 @@ def test_lmdeploy_asleep_is_paused_never_stalled_and_not_ready(lmdeploy: StubEng
     one: frozen counters and three requests "running". /is_sleeping says it sleeps: paused, however long."""
     state = tmp_path / "probe.state"
     lmdeploy.routes["/metrics"] = page("lmdeploy-0.18.0-busy-later.prom")
-    assert probe(lmdeploy.url, state)[0] == ExitCode.OK
+    assert probe_line(lmdeploy.url, state)[0] == ExitCode.OK
     lmdeploy.routes["/metrics"] = page("lmdeploy-0.18.0-asleep-stale-gauges.prom")
     lmdeploy.routes["/is_sleeping"] = Route(b'{"is_sleeping":true}')
     lmdeploy.routes["/health"] = Route(LMDEPLOY_SLEEPING)  # 200: LMDeploy's /health says it serves
-    code, line = probe(lmdeploy.url, state)  # the last outputs before the abort: it moved
+    code, line = probe_line(lmdeploy.url, state)  # the last outputs before the abort: it moved
     assert (code, line.split(";")[0]) == (ExitCode.OK, "progressing: 3 running, 0 waiting")
-    assert probe(lmdeploy.url, state) == (
+    assert probe_line(lmdeploy.url, state) == (
         ExitCode.OK,
         "paused: 3 running, 0 waiting; paused by its operator (/is_sleeping), paused for 0.0 s: not judged until "
         "it resumes",
     )
     rewind(state, WINDOW * 3)
-    assert probe(lmdeploy.url, state) == (
+    assert probe_line(lmdeploy.url, state) == (
         ExitCode.OK,
         "paused: 3 running, 0 waiting; paused by its operator (/is_sleeping), paused for 6m00s: not judged until "
         "it resumes",
     )
-    code, line = probe(lmdeploy.url, state, "--ready")
+    code, line = probe_line(lmdeploy.url, state, "--ready")
     assert (code, line.split(";")[0]) == (ExitCode.STALLED, "not ready: paused: 3 running, 0 waiting")
 
 
@@ -130,14 +121,14 @@ def test_lmdeploy_asleep_with_its_gauges_caught_up_is_not_ready(lmdeploy: StubEn
     lmdeploy.routes["/metrics"] = page("lmdeploy-0.18.0-asleep.prom")
     lmdeploy.routes["/is_sleeping"] = Route(b'{"is_sleeping":true}')
     lmdeploy.routes["/health"] = Route(LMDEPLOY_SLEEPING)
-    assert probe(lmdeploy.url, state)[0] == ExitCode.OK
-    code, line = probe(lmdeploy.url, state, "--ready")
+    assert probe_line(lmdeploy.url, state)[0] == ExitCode.OK
+    code, line = probe_line(lmdeploy.url, state, "--ready")
     assert (code, line.split(";")[0]) == (ExitCode.STALLED, "not ready: paused: 0 running, 0 waiting")
     assert "paused by its operator (/health says status sleeping)" in line
-    code, line = probe(lmdeploy.url, state)
+    code, line = probe_line(lmdeploy.url, state)
     assert (code, line.split(";")[0]) == (ExitCode.OK, "idle: 0 running, 0 waiting")
     lmdeploy.routes["/health"] = Route(LMDEPLOY_HEALTHY)  # woken up
-    code, line = probe(lmdeploy.url, state, "--ready")
+    code, line = probe_line(lmdeploy.url, state, "--ready")
     assert (code, line.split(";")[0]) == (ExitCode.OK, "ready: idle: 0 running, 0 waiting")
     assert lmdeploy.count("/is_sleeping") == 0
 
@@ -150,13 +141,13 @@ def test_lmdeploy_health_503_drains_readiness_and_leaves_liveness_to_the_page(
     restart comes only from the window), and a page that moves is progressing."""
     state = tmp_path / "probe.state"
     lmdeploy.routes["/health"] = Route(LMDEPLOY_STALLED, 503)
-    code, line = probe(lmdeploy.url, state, "--ready")
+    code, line = probe_line(lmdeploy.url, state, "--ready")
     assert (code, line) == (ExitCode.STALLED, f"not ready: health {lmdeploy.base}/health: HTTP 503 Service Unavailable")
     lmdeploy.routes["/metrics"] = page("lmdeploy-0.18.0-busy-later.prom")
-    code, line = probe(lmdeploy.url, state)
+    code, line = probe_line(lmdeploy.url, state)
     assert (code, line.split(";")[0]) == (ExitCode.OK, "progressing: 3 running, 0 waiting")
     lmdeploy.routes["/health"] = Route(LMDEPLOY_HEALTHY)
-    code, line = probe(lmdeploy.url, state, "--ready")
+    code, line = probe_line(lmdeploy.url, state, "--ready")
     assert (code, line.split(";")[0]) == (ExitCode.OK, "ready: suspect: 3 running, 0 waiting")
 
 
@@ -168,27 +159,26 @@ def test_each_lmdeploy_rank_is_its_own_server_and_page(tmp_path: Path) -> None:
         rank1.routes["/metrics"] = page("lmdeploy-0.18.0-dp-rank1-busy.prom")
         for stub, running in ((rank0, 3), (rank1, 2)):
             state = tmp_path / f"{stub.port}.state"
-            code, line = probe(stub.url, state, "--json")
+            code, line = probe_line(stub.url, state, "--json")
             assert code == ExitCode.OK
             assert f'"running": {running}.0' in line
-        assert probe(rank1.url, tmp_path / f"{rank1.port}.state")[1].startswith("suspect: 2 running, 0 waiting")
+        assert probe_line(rank1.url, tmp_path / f"{rank1.port}.state")[1].startswith("suspect: 2 running, 0 waiting")
 
 
 # --- TensorRT-LLM: trtllm-serve, its Prometheus page at /prometheus/metrics
 
 
 @pytest.fixture
-def trtllm() -> Iterator[StubEngine]:
+def trtllm(served: StubEngine) -> Iterator[StubEngine]:
     """trtllm-serve with return_perf_metrics and enable_iter_perf_stats, during one long generation that
     finishes nothing: every series of its page frozen, one request running. Its /metrics is the JSON
     iteration statistics, which the probe must never read."""
-    with StubEngine() as stub:
-        stub.routes["/prometheus/metrics"] = page("trtllm-iter-stats-long-generation.prom")
-        stub.routes["/metrics"] = Route(TRT_ITERATION_STATS)
-        stub.routes["/health"] = Route(b"")
-        stub.routes["/health_generate"] = Route(TRT_GENERATED)
-        yield stub
-        assert stub.count("/metrics") == 0
+    served.routes["/prometheus/metrics"] = page("trtllm-iter-stats-long-generation.prom")
+    served.routes["/metrics"] = Route(TRT_ITERATION_STATS)
+    served.routes["/health"] = Route(b"")
+    served.routes["/health_generate"] = Route(TRT_GENERATED)
+    yield served
+    assert served.count("/metrics") == 0
 
 
 def trt_url(stub: StubEngine) -> str:
@@ -203,24 +193,24 @@ def test_trtllm_long_generation_is_never_stalled_while_health_generate_answers(
     is asked, and its answer is life: never stalled, window after window."""
     state = tmp_path / "probe.state"
     url = trt_url(trtllm)
-    assert probe(url, state) == (
+    assert probe_line(url, state) == (
         ExitCode.OK,
         "baseline: 1 running, 0 waiting; first run, progress is judged from the next run",
     )
     rewind(state, 600)
-    assert probe(url, state) == (
+    assert probe_line(url, state) == (
         ExitCode.OK,
         f"suspect: 1 running, 0 waiting; no token progress for 600 s (window 1800 s); {CAVEAT}",
     )
     assert trtllm.count("/health_generate") == 0  # asked only of an engine that would be stalled
     for confirmations in range(1, 4):
         rewind(state, TRT_WINDOW)
-        code, line = probe(url, state)
+        code, line = probe_line(url, state)
         assert (code, line.split(";")[0]) == (ExitCode.OK, "progressing: 1 running, 0 waiting"), line
         assert "its page held still, and /health_generate answered" in line
         assert trtllm.count("/health_generate") == confirmations
         rewind(state, 60)
-        code, line = probe(url, state)  # the answer counts once: the clock runs again from it
+        code, line = probe_line(url, state)  # the answer counts once: the clock runs again from it
         assert (code, line.split(";")[:2]) == (
             ExitCode.OK,
             ["suspect: 1 running, 0 waiting", " no token progress for 60 s (window 1800 s)"],
@@ -233,13 +223,13 @@ def test_trtllm_wedged_is_stalled_past_its_window_when_health_generate_fails(
     state = tmp_path / "probe.state"
     url = trt_url(trtllm)
     trtllm.routes["/health_generate"] = Route(b"", 500)
-    assert probe(url, state)[0] == ExitCode.OK
+    assert probe_line(url, state)[0] == ExitCode.OK
     rewind(state, TRT_WINDOW - 1)
-    code, line = probe(url, state)
+    code, line = probe_line(url, state)
     assert (code, line.split(";")[0]) == (ExitCode.OK, "suspect: 1 running, 0 waiting")
     assert trtllm.count("/health_generate") == 0
     rewind(state, 1)
-    code, line = probe(url, state)
+    code, line = probe_line(url, state)
     assert code == ExitCode.STALLED, line
     assert line.startswith("stalled: 1 running, 0 waiting; no token progress for 18")
     assert line.endswith(f"(window 1800 s); {CAVEAT}")
@@ -254,10 +244,10 @@ def test_trtllm_whose_health_generate_never_answers_is_stalled_within_its_deadli
     state = tmp_path / "probe.state"
     url = trt_url(trtllm)
     trtllm.routes["/health_generate"] = Route(TRT_GENERATED, hang=True)
-    assert probe(url, state, "--window", "300")[0] == ExitCode.OK
+    assert probe_line(url, state, "--window", "300")[0] == ExitCode.OK
     rewind(state, 300)
     started = time.monotonic()
-    assert probe(url, state, "--window", "300") == (
+    assert probe_line(url, state, "--window", "300") == (
         ExitCode.STALLED,
         f"stalled: 1 running, 0 waiting; no token progress for 300 s (window 300 s); {CAVEAT}",
     )
@@ -270,9 +260,9 @@ def test_trtllm_decoding_moves_by_its_kv_blocks_between_finishes(trtllm: StubEng
     state = tmp_path / "probe.state"
     url = trt_url(trtllm)
     trtllm.routes["/prometheus/metrics"] = page("trtllm-iter-stats-decoding.prom")
-    assert probe(url, state)[0] == ExitCode.OK
+    assert probe_line(url, state)[0] == ExitCode.OK
     trtllm.routes["/prometheus/metrics"] = page("trtllm-iter-stats-decoding-later.prom")
-    code, line = probe(url, state)
+    code, line = probe_line(url, state)
     assert (code, line.split(" in ")[0]) == (
         ExitCode.OK,
         "progressing: 4 running, 0 waiting; +0 prompt and +0 generation tokens",
@@ -300,12 +290,12 @@ def test_trtllm_whose_page_cannot_show_progress_is_left_to_its_health_route(
     state = tmp_path / "probe.state"
     url = trt_url(trtllm)
     trtllm.routes["/prometheus/metrics"] = page(name)
-    assert probe(url, state) == (
+    assert probe_line(url, state) == (
         ExitCode.OK,
         f"unjudged: {why}; /health answers 2xx, so the engine serves (the probe cannot judge its progress)",
     )
     trtllm.routes["/health"] = Route(b"LLM is unavailable. Please check the server logs for more details.", 503)
-    assert probe(url, state) == (
+    assert probe_line(url, state) == (
         ExitCode.METRICS,
         f"error: {why}; and health {trtllm.base}/health: HTTP 503 Service Unavailable",
     )
@@ -318,18 +308,18 @@ def test_trtllm_long_generation_stays_ready_while_health_generate_answers(trtllm
     request. Asked only then, and the answer counts once."""
     state = tmp_path / "probe.state"
     url = trt_url(trtllm)
-    assert probe(url, state, "--ready")[0] == ExitCode.OK
+    assert probe_line(url, state, "--ready")[0] == ExitCode.OK
     rewind(state, 20)
-    assert probe(url, state, "--ready")[0] == ExitCode.OK
+    assert probe_line(url, state, "--ready")[0] == ExitCode.OK
     assert trtllm.count("/health_generate") == 0
     rewind(state, 10)
-    code, line = probe(url, state, "--ready")
+    code, line = probe_line(url, state, "--ready")
     assert code == ExitCode.OK, line
     assert "/health_generate answered" in line
     assert trtllm.count("/health_generate") == 1
     trtllm.routes["/health_generate"] = Route(b"", 503)
     rewind(state, 30)
-    code, line = probe(url, state, "--ready")
+    code, line = probe_line(url, state, "--ready")
     assert code == ExitCode.STALLED, line
     assert trtllm.count("/health_generate") == 2
 

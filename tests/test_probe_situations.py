@@ -5,7 +5,6 @@ load), and routes that want an API key. Time passes by rewinding the state file,
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, fixture_page, load_states, rewind, vllm_page
+from conftest import FIXTURES, fixture_page, load_states, probe_line, rewind, vllm_page
 from stallprobe.errors import ExitCode
 from stallprobe.statefile import read_boot_id
 from stubengine import Route, StubEngine
@@ -41,22 +40,6 @@ def stub() -> Iterator[StubEngine]:
         yield engine
 
 
-def probe(stub: StubEngine, state: Path, *args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
-    """The exact command a pod runs; its exit code and its one line."""
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("STALLPROBE_", "VLLM_", "LLAMA_"))}
-    result = subprocess.run(
-        [sys.executable, "-m", "stallprobe", "--url", stub.url, "--state-file", str(state), "--timeout", "1", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**clean, **(env or {})},
-        check=False,
-    )
-    assert result.stderr == ""
-    assert result.stdout.count("\n") == 1, result.stdout
-    return result.returncode, result.stdout.rstrip("\n")
-
-
 # --- a slow /metrics is not a wedge
 
 
@@ -65,20 +48,20 @@ def test_a_busy_engine_whose_metrics_hold_past_the_deadline_is_suspect_until_the
 ) -> None:
     state = tmp_path / "probe.state"
     stub.routes["/metrics"] = Route(vllm_page(4, 100, 50))
-    assert probe(stub, state)[0] == ExitCode.OK  # baseline
+    assert probe_line(stub.url, state)[0] == ExitCode.OK  # baseline
     stub.routes["/metrics"] = Route(vllm_page(4, 100, 50), hang=True)
     for _ in range(3):
-        code, line = probe(stub, state)
+        code, line = probe_line(stub.url, state)
         assert code == ExitCode.OK, line
         assert line.startswith(f"suspect: scrape {stub.url}: no complete answer within 1 s; nothing answered for ")
     rewind(state, WINDOW)
-    code, line = probe(stub, state)
+    code, line = probe_line(stub.url, state)
     assert (code, line.split(";")[0]) == (
         ExitCode.STALLED,
         f"stalled: scrape {stub.url}: no complete answer within 1 s",
     )
     stub.routes["/metrics"] = Route(vllm_page(4, 110, 50))  # it answers, and it moved: alive
-    code, line = probe(stub, state)
+    code, line = probe_line(stub.url, state)
     assert (code, line.split(";")[0]) == (ExitCode.OK, "progressing: 4 running, 0 waiting")
 
 
@@ -90,18 +73,18 @@ def test_a_pause_that_only_is_paused_tells_is_paused_not_stalled(stub: StubEngin
     only GET /is_paused tells, and it is asked only when the engine would otherwise be suspect."""
     state = tmp_path / "probe.state"
     stub.routes["/metrics"] = Route(fixture_page("vllm-0.32.0-cpu-paused-keep.prom"))
-    assert probe(stub, state)[0] == ExitCode.OK
+    assert probe_line(stub.url, state)[0] == ExitCode.OK
     assert stub.count("/is_paused") == 0  # a baseline asks nothing
     stub.routes["/is_paused"] = Route(b'{"is_paused": true}')
     rewind(state, WINDOW * 3)
-    code, line = probe(stub, state)
+    code, line = probe_line(stub.url, state)
     assert (code, line) == (
         ExitCode.OK,
         "paused: 4 running, 0 waiting; paused by its operator (/is_paused), "
         "paused for 0.0 s: not judged until it resumes",
     )
     rewind(state, WINDOW * 3)
-    code, line = probe(stub, state)
+    code, line = probe_line(stub.url, state)
     assert (code, line) == (
         ExitCode.OK,
         "paused: 4 running, 0 waiting; paused by its operator (/is_paused), "
@@ -109,7 +92,7 @@ def test_a_pause_that_only_is_paused_tells_is_paused_not_stalled(stub: StubEngin
     )
     # Resumed and still frozen: the clock starts afresh, from the first run after the pause.
     stub.routes["/is_paused"] = Route(b'{"is_paused": false}')
-    code, line = probe(stub, state)
+    code, line = probe_line(stub.url, state)
     assert (code, line.split(";")[0]) == (ExitCode.OK, "suspect: 4 running, 0 waiting")
     assert "no token progress for 0." in line
 
@@ -132,10 +115,10 @@ def test_no_clear_answer_from_is_paused_is_never_paused(
     stub.routes["/metrics"] = Route(vllm_page(4, 100, 50))
     if route is not None:
         stub.routes["/is_paused"] = route
-    probe(stub, state)
+    probe_line(stub.url, state)
     rewind(state, WINDOW)
     started = time.monotonic()
-    code, line = probe(stub, state)
+    code, line = probe_line(stub.url, state)
     assert (code, line.split(":")[0]) == (ExitCode.STALLED, "stalled"), why
     assert stub.count("/is_paused") == 1
     assert time.monotonic() - started < 20  # the question has its own deadline (1 s)
@@ -149,7 +132,7 @@ def test_an_engine_asleep_is_paused_from_its_page_alone(stub: StubEngine, tmp_pa
     )
     stub.routes["/metrics"] = Route(asleep)
     for paused_for in ("0.0 s", "4m00s", "8m00s"):
-        code, line = probe(stub, state)
+        code, line = probe_line(stub.url, state)
         assert (code, line) == (
             ExitCode.OK,
             f"paused: 4 running, 0 waiting; asleep (sleep mode), paused for {paused_for}: not judged until it resumes",
@@ -162,9 +145,9 @@ def test_paused_in_json(stub: StubEngine, tmp_path: Path) -> None:
     state = tmp_path / "probe.state"
     stub.routes["/metrics"] = Route(vllm_page(4, 100, 50))
     stub.routes["/is_paused"] = Route(b'{"is_paused": true}')
-    probe(stub, state)
+    probe_line(stub.url, state)
     rewind(state, 30)
-    code, line = probe(stub, state, "--json")
+    code, line = probe_line(stub.url, state, "--json")
     fields = json.loads(line)
     assert (code, fields["verdict"], fields["paused"]) == (0, "paused", "paused by its operator (/is_paused)")
     assert fields["paused_for"] == 0
@@ -177,17 +160,19 @@ def test_a_healthy_idle_engine_answers_the_canary_and_gets_few(stub: StubEngine,
     state = tmp_path / "probe.state"
     stub.routes["/v1/models"] = Route(MODELS)
     stub.routes["/v1/completions"] = Route(COMPLETION)
-    assert probe(stub, state, "--canary")[1].startswith("baseline: ")
-    code, line = probe(stub, state, "--canary")
+    assert probe_line(stub.url, state, "--canary")[1].startswith("baseline: ")
+    code, line = probe_line(stub.url, state, "--canary")
     assert code == ExitCode.OK
     assert line.startswith("idle: 0 running, 0 waiting; the canary was answered in ")
     for _ in range(3):  # within --canary-interval: no second canary
-        assert probe(stub, state, "--canary") == (ExitCode.OK, "idle: 0 running, 0 waiting")
+        assert probe_line(stub.url, state, "--canary") == (ExitCode.OK, "idle: 0 running, 0 waiting")
     assert stub.count("/v1/completions") == 1
     (canary,) = stub.received("/v1/completions")
     assert canary.method == "POST"
     rewind(state, 601)  # the default interval: 10 minutes
-    assert probe(stub, state, "--canary")[1].startswith("idle: 0 running, 0 waiting; the canary was answered in ")
+    assert probe_line(stub.url, state, "--canary")[1].startswith(
+        "idle: 0 running, 0 waiting; the canary was answered in "
+    )
     assert stub.count("/v1/completions") == 2
 
 
@@ -197,35 +182,35 @@ def test_requests_hung_at_an_idle_looking_engine_are_stalled_with_the_canary(stu
     state = tmp_path / "probe.state"
     stub.routes["/v1/models"] = Route(MODELS)
     stub.routes["/v1/completions"] = Route(COMPLETION, hang=True)
-    probe(stub, state, "--canary")
-    code, line = probe(stub, state, "--canary")
+    probe_line(stub.url, state, "--canary")
+    code, line = probe_line(stub.url, state, "--canary")
     assert (code, line) == (
         ExitCode.OK,
         "suspect: 0 running, 0 waiting, 1 in flight outside them; no token progress for 0.0 s (window 120 s); "
         "the canary got no answer within 1.0 s",
     )
-    code, line = probe(stub, state, "--canary")  # owed an answer: sent again at once, whatever the interval
+    code, line = probe_line(stub.url, state, "--canary")  # owed an answer: sent again at once, whatever the interval
     assert code == ExitCode.OK
     assert stub.count("/v1/completions") == 2
     rewind(state, WINDOW)
-    code, line = probe(stub, state, "--canary")
+    code, line = probe_line(stub.url, state, "--canary")
     assert (code, line.split(";")[0]) == (ExitCode.STALLED, "stalled: 0 running, 0 waiting, 1 in flight outside them")
     # Without --canary the same engine is idle, forever: the README says so.
     other = tmp_path / "plain.state"
-    probe(stub, other)
+    probe_line(stub.url, other)
     rewind(other, WINDOW * 10)
-    assert probe(stub, other) == (ExitCode.OK, "idle: 0 running, 0 waiting")
+    assert probe_line(stub.url, other) == (ExitCode.OK, "idle: 0 running, 0 waiting")
 
 
 def test_an_answered_canary_ends_the_stall_clock(stub: StubEngine, tmp_path: Path) -> None:
     state = tmp_path / "probe.state"
     stub.routes["/v1/models"] = Route(MODELS)
     stub.routes["/v1/completions"] = Route(COMPLETION, hang=True)
-    probe(stub, state, "--canary")
-    assert probe(stub, state, "--canary")[1].startswith("suspect: ")
+    probe_line(stub.url, state, "--canary")
+    assert probe_line(stub.url, state, "--canary")[1].startswith("suspect: ")
     stub.routes["/v1/completions"] = Route(COMPLETION)
     rewind(state, WINDOW - 10)
-    code, line = probe(stub, state, "--canary")
+    code, line = probe_line(stub.url, state, "--canary")
     assert (code, line.split(";")[0]) == (ExitCode.OK, "idle: 0 running, 0 waiting")
 
 
@@ -235,11 +220,11 @@ def test_a_busy_engine_never_gets_a_canary(stub: StubEngine, tmp_path: Path) -> 
     stub.routes["/v1/completions"] = Route(COMPLETION)
     for generation in (100, 100, 120, 120):
         stub.routes["/metrics"] = Route(vllm_page(3, generation, 50))
-        probe(stub, state, "--canary")
+        probe_line(stub.url, state, "--canary")
     stub.routes["/metrics"] = Route(vllm_page(0, 120, 50, waiting=2))  # queued: not idle either
-    probe(stub, state, "--canary")
+    probe_line(stub.url, state, "--canary")
     stub.routes["/metrics"] = Route(vllm_page(0, 130, 60))  # idle, but it just moved
-    probe(stub, state, "--canary")
+    probe_line(stub.url, state, "--canary")
     assert stub.count("/v1/models") == stub.count("/v1/completions") == 0
 
 
@@ -261,9 +246,9 @@ def test_a_canary_that_gets_a_wrong_answer_is_one_line_and_its_code(
     state = tmp_path / "probe.state"
     stub.routes["/v1/models"] = models
     stub.routes["/v1/completions"] = completions
-    # --strict: the canary's own verdict (without it, the health route decides: tests/test_fallback.py).
-    probe(stub, state, "--canary", "--strict")
-    got, line = probe(stub, state, "--canary", "--strict")
+    # --strict: the canary's own verdict (without it, the health route decides: tests/test_probe_health_fallback.py).
+    probe_line(stub.url, state, "--canary", "--strict")
+    got, line = probe_line(stub.url, state, "--canary", "--strict")
     assert got == code, line
     assert line.startswith("error: canary ")
     assert words in line
@@ -275,17 +260,17 @@ def test_requests_the_server_counts_in_flight_at_an_idle_looking_engine_are_stal
     """vLLM's /load with --enable-server-load-tracking: no canary needed."""
     state = tmp_path / "probe.state"
     stub.routes["/load"] = Route(b'{"server_load": 3}')
-    probe(stub, state, "--server-load")
-    code, line = probe(stub, state, "--server-load")
+    probe_line(stub.url, state, "--server-load")
+    code, line = probe_line(stub.url, state, "--server-load")
     assert (code, line.split(";")[0]) == (ExitCode.OK, "suspect: 0 running, 0 waiting, 3 in flight outside them")
     assert line.endswith("the server has 3 requests in flight")
     rewind(state, WINDOW)
-    assert probe(stub, state, "--server-load")[0] == ExitCode.STALLED
+    assert probe_line(stub.url, state, "--server-load")[0] == ExitCode.STALLED
     stub.routes["/load"] = Route(b'{"server_load": 0}')  # tracking off says 0: nothing changes
     other = tmp_path / "other.state"
-    probe(stub, other, "--server-load")
+    probe_line(stub.url, other, "--server-load")
     rewind(other, WINDOW)
-    assert probe(stub, other, "--server-load") == (ExitCode.OK, "idle: 0 running, 0 waiting")
+    assert probe_line(stub.url, other, "--server-load") == (ExitCode.OK, "idle: 0 running, 0 waiting")
 
 
 # --- credentials
@@ -293,11 +278,11 @@ def test_requests_the_server_counts_in_flight_at_an_idle_looking_engine_are_stal
 
 def test_the_engines_own_key_is_sent_and_never_shown(stub: StubEngine, tmp_path: Path) -> None:
     state = tmp_path / "probe.state"
-    code, line = probe(stub, state, env={"VLLM_API_KEY": "sk-secret-1"})
+    code, line = probe_line(stub.url, state, env={"VLLM_API_KEY": "sk-secret-1"})
     assert code == ExitCode.OK
     assert stub.requests[-1].header("Authorization") == "Bearer sk-secret-1"
     assert "sk-secret" not in line
-    probe(stub, state, env={"LLAMA_API_KEY": "k1,k2"})
+    probe_line(stub.url, state, env={"LLAMA_API_KEY": "k1,k2"})
     assert stub.requests[-1].header("Authorization") == "Bearer k1"
 
 
@@ -305,29 +290,29 @@ def test_a_key_file_wins_and_a_bad_one_is_a_usage_error(stub: StubEngine, tmp_pa
     state = tmp_path / "probe.state"
     key = tmp_path / "key"
     key.write_text("sk-from-file\n")
-    probe(stub, state, "--api-key-file", str(key), env={"VLLM_API_KEY": "sk-env"})
+    probe_line(stub.url, state, "--api-key-file", str(key), env={"VLLM_API_KEY": "sk-env"})
     assert stub.requests[-1].header("Authorization") == "Bearer sk-from-file"
-    code, line = probe(stub, state, "--api-key-file", str(tmp_path / "absent"))
+    code, line = probe_line(stub.url, state, "--api-key-file", str(tmp_path / "absent"))
     assert (code, line) == (ExitCode.USAGE, f"error: --api-key-file {tmp_path / 'absent'}: No such file or directory")
     # A file of keys, one a line (llama.cpp's --api-key-file): the first is sent.
     key.write_text("# the keys of the llama-server\n\nsk-first\nsk-second\n")
-    probe(stub, state, "--api-key-file", str(key))
+    probe_line(stub.url, state, "--api-key-file", str(key))
     assert stub.requests[-1].header("Authorization") == "Bearer sk-first"
     key.write_text("two words\nlines\n")
-    code, line = probe(stub, state, "--api-key-file", str(key))
+    code, line = probe_line(stub.url, state, "--api-key-file", str(key))
     assert code == ExitCode.USAGE
     assert line == "error: --api-key-file must hold one API key of printable ASCII characters (the key is not shown)"
     assert "two" not in line
     key.write_text("\n\n")
-    assert probe(stub, state, "--api-key-file", str(key))[0] == ExitCode.USAGE
+    assert probe_line(stub.url, state, "--api-key-file", str(key))[0] == ExitCode.USAGE
 
 
 def test_the_key_is_read_from_the_variable_the_engine_s_flag_names(stub: StubEngine, tmp_path: Path) -> None:
     """llama-server --api-key $(API_KEY): inject writes --api-key-env API_KEY, read at every run."""
     state = tmp_path / "probe.state"
-    probe(stub, state, "--api-key-env", "API_KEY", env={"API_KEY": "sk-a,sk-b", "VLLM_API_KEY": "sk-env"})
+    probe_line(stub.url, state, "--api-key-env", "API_KEY", env={"API_KEY": "sk-a,sk-b", "VLLM_API_KEY": "sk-env"})
     assert stub.requests[-1].header("Authorization") == "Bearer sk-a"
-    code, line = probe(stub, state, "--api-key-env", "API_KEY")
+    code, line = probe_line(stub.url, state, "--api-key-env", "API_KEY")
     assert (code, line) == (ExitCode.USAGE, "error: --api-key-env API_KEY: API_KEY is not set in the environment")
 
 
@@ -343,7 +328,7 @@ def test_a_route_that_wants_a_key_or_metrics_that_are_off_say_so(
     stub: StubEngine, tmp_path: Path, status: int, words: str
 ) -> None:
     stub.routes["/metrics"] = Route(b'{"error": "Invalid API Key"}', status=status)
-    code, line = probe(stub, tmp_path / "probe.state", "--strict")
+    code, line = probe_line(stub.url, tmp_path / "probe.state", "--strict")
     assert code == ExitCode.SCRAPE
     assert line.startswith(f"error: scrape {stub.url}: {words}")
 
@@ -378,15 +363,15 @@ def test_ready_when_serving_and_moving_and_a_saturated_engine_stays_ready(stub: 
     state = tmp_path / "probe.state"
     stub.routes["/health"] = Route(b"")
     stub.routes["/metrics"] = Route(vllm_page(4, 100, 50))
-    assert probe(stub, state, "--ready")[1].startswith("ready: baseline: 4 running")
+    assert probe_line(stub.url, state, "--ready")[1].startswith("ready: baseline: 4 running")
     stub.routes["/metrics"] = Route(vllm_page(12, 110, 50, waiting=99))
-    code, line = probe(stub, state, "--ready")
+    code, line = probe_line(stub.url, state, "--ready")
     assert (code, line.split(";")[0]) == (ExitCode.OK, "ready: saturated: 12 running, 99 waiting")
 
 
 def test_not_ready_while_the_engine_says_it_is_loading(stub: StubEngine, tmp_path: Path) -> None:
     stub.routes["/health"] = Route(b'{"error": {"message": "Loading model"}}', status=503)
-    code, line = probe(stub, tmp_path / "probe.state", "--ready")
+    code, line = probe_line(stub.url, tmp_path / "probe.state", "--ready")
     assert (code, line) == (
         ExitCode.STALLED,
         f"not ready: health {stub.url.replace('/metrics', '/health')}: HTTP 503 Service Unavailable",
@@ -399,20 +384,20 @@ def test_readiness_drains_a_wedged_engine_long_before_liveness_restarts_it(stub:
     state = tmp_path / "probe.state"
     stub.routes["/health"] = Route(b"")
     stub.routes["/metrics"] = Route(vllm_page(4, 100, 50))
-    probe(stub, state)
+    probe_line(stub.url, state)
     rewind(state, 20)
-    assert probe(stub, state, "--ready")[0] == ExitCode.OK  # suspect for 20 s: still ready
+    assert probe_line(stub.url, state, "--ready")[0] == ExitCode.OK  # suspect for 20 s: still ready
     rewind(state, 15)
-    code, line = probe(stub, state, "--ready")
+    code, line = probe_line(stub.url, state, "--ready")
     assert (code, line.split(";")[0]) == (ExitCode.STALLED, "not ready: stalled: 4 running, 0 waiting")
     assert "(window 30 s)" in line
-    code, line = probe(stub, state)  # liveness: the same clock, 35 s, its own window
+    code, line = probe_line(stub.url, state)  # liveness: the same clock, 35 s, its own window
     assert (code, line.split(";")[0]) == (ExitCode.OK, "suspect: 4 running, 0 waiting")
     assert 35 <= frozen_for(line) < 40  # the rewound 35 s, and what the runs between took
     rewind(state, 90)
-    assert probe(stub, state)[0] == ExitCode.STALLED
+    assert probe_line(stub.url, state)[0] == ExitCode.STALLED
     stub.routes["/metrics"] = Route(vllm_page(4, 120, 50))  # it moves again: ready again
-    assert probe(stub, state, "--ready")[1].startswith("ready: progressing: 4 running")
+    assert probe_line(stub.url, state, "--ready")[1].startswith("ready: progressing: 4 running")
 
 
 @pytest.mark.parametrize(("window", "drain_after", "ready_until"), [(20, 30, 20), (30, 30, 30), (120, 30, 30)])
@@ -426,13 +411,13 @@ def test_a_stalled_engine_is_never_ready_whichever_window_is_shorter(
     stub.routes["/health"] = Route(b"")
     stub.routes["/metrics"] = Route(vllm_page(4, 100, 50))
     flags = ("--window", str(window), "--drain-after", str(drain_after))
-    probe(stub, state, *flags)
+    probe_line(stub.url, state, *flags)
     rewind(state, ready_until - 1)
-    assert probe(stub, state, *flags, "--ready")[0] == ExitCode.OK
+    assert probe_line(stub.url, state, *flags, "--ready")[0] == ExitCode.OK
     rewind(state, 1)
-    code, line = probe(stub, state, *flags, "--ready")
+    code, line = probe_line(stub.url, state, *flags, "--ready")
     assert (code, line.split(";")[0]) == (ExitCode.STALLED, "not ready: stalled: 4 running, 0 waiting"), line
-    live = probe(stub, state, *flags)[0]
+    live = probe_line(stub.url, state, *flags)[0]
     assert live == (ExitCode.STALLED if window <= ready_until else ExitCode.OK)
 
 
@@ -441,8 +426,8 @@ def test_a_paused_engine_is_alive_but_not_ready(stub: StubEngine, tmp_path: Path
     stub.routes["/health"] = Route(b"")
     asleep = vllm_page(0, 100, 50) + b'vllm:engine_sleep_state{engine="0",model_name="m",sleep_state="awake"} 0.0\n'
     stub.routes["/metrics"] = Route(asleep)
-    assert probe(stub, state)[0] == ExitCode.OK
-    code, line = probe(stub, state, "--ready")
+    assert probe_line(stub.url, state)[0] == ExitCode.OK
+    code, line = probe_line(stub.url, state, "--ready")
     assert (code, line.split(";")[0]) == (ExitCode.STALLED, "not ready: paused: 0 running, 0 waiting")
 
 
@@ -470,21 +455,21 @@ def test_liveness_and_readiness_at_once_never_lose_a_sample_nor_reset_the_clock(
     stub.routes["/metrics"] = Route(moving)
     flags = [("--ready",) if n % 2 else () for n in range(24)]
     with ThreadPoolExecutor(8) as pool:
-        codes = list(pool.map(lambda extra: probe(stub, state, *extra)[0], flags))
+        codes = list(pool.map(lambda extra: probe_line(stub.url, state, *extra)[0], flags))
     assert codes == [ExitCode.OK] * 24
     saved, _ = load_states(str(state), read_boot_id())
     assert saved is not None
     assert saved["0"].last.generation == 100 + served[0]
 
     stub.routes["/metrics"] = Route(vllm_page(4, 500, 50))  # frozen from here on
-    probe(stub, state)
-    probe(stub, state)
+    probe_line(stub.url, state)
+    probe_line(stub.url, state)
     first, _ = load_states(str(state), read_boot_id())
     assert first is not None
     since = first["0"].stall_since
     assert since is not None
     with ThreadPoolExecutor(8) as pool:
-        codes = list(pool.map(lambda extra: probe(stub, state, *extra)[0], flags))
+        codes = list(pool.map(lambda extra: probe_line(stub.url, state, *extra)[0], flags))
     assert codes == [ExitCode.OK] * 24  # suspect, and ready, all: the clock is well under 30 s
     after, _ = load_states(str(state), read_boot_id())
     assert after is not None
@@ -520,14 +505,14 @@ def test_readiness_of_an_engine_whose_metrics_stop_answering(stub: StubEngine, t
     state = tmp_path / "probe.state"
     stub.routes["/health"] = Route(b"")
     stub.routes["/metrics"] = Route(vllm_page(4, 100, 50))
-    probe(stub, state, "--ready")
+    probe_line(stub.url, state, "--ready")
     stub.routes["/metrics"] = Route(vllm_page(4, 100, 50), hang=True)
-    code, line = probe(stub, state, "--ready")
+    code, line = probe_line(stub.url, state, "--ready")
     assert code == ExitCode.OK
     assert line.startswith(f"ready: suspect: scrape {stub.url}: no complete answer within 1 s; nothing answered for ")
     assert line.endswith("(window 30 s)")
     rewind(state, 30)
-    code, line = probe(stub, state, "--ready")
+    code, line = probe_line(stub.url, state, "--ready")
     assert code == ExitCode.STALLED
     assert line.startswith(f"not ready: stalled: scrape {stub.url}: no complete answer within 1 s")
 
@@ -556,23 +541,23 @@ def test_requests_waiting_for_capacity_with_nothing_running_stall_with_default_f
     head = f"0 running, {waiting} waiting"
     stub.routes["/health"] = Route(b"")
     stub.routes["/metrics"] = Route(page.read_bytes())
-    assert probe(stub, state)[1].startswith(f"baseline: {head}")
+    assert probe_line(stub.url, state)[1].startswith(f"baseline: {head}")
     rewind(state, 60)
-    code, line = probe(stub, state)
+    code, line = probe_line(stub.url, state)
     assert (code, line.split(";")[0]) == (ExitCode.OK, f"suspect: {head}")
     assert line.endswith("; 3 waiting for capacity, nothing running"), line
     assert stub.count("/is_paused") == 1  # asked, as for any engine that looks stuck: 404 is never paused
-    code, line = probe(stub, state, "--ready")  # the load balancers drain it after --drain-after
+    code, line = probe_line(stub.url, state, "--ready")  # the load balancers drain it after --drain-after
     assert (code, line.split(";")[0]) == (ExitCode.STALLED, f"not ready: stalled: {head}")
     rewind(state, 60)
-    code, line = probe(stub, state)
+    code, line = probe_line(stub.url, state)
     assert (code, line.split(";")[0]) == (ExitCode.STALLED, f"stalled: {head}")
     assert 120 <= frozen_for(line) < 125  # the rewound 120 s, and what the runs between took
     assert line.endswith(" s (window 120 s); 3 waiting for capacity, nothing running"), line
     # The operator's override, both ways: never count them, or (for an older vLLM) count them all.
-    assert probe(stub, state, "--include-waiting=never") == (ExitCode.OK, f"idle: {head}")
+    assert probe_line(stub.url, state, "--include-waiting=never") == (ExitCode.OK, f"idle: {head}")
     rewind(state, 120)
-    assert probe(stub, state, "--include-waiting", "always")[0] == ExitCode.STALLED
+    assert probe_line(stub.url, state, "--include-waiting", "always")[0] == ExitCode.STALLED
 
 
 @pytest.mark.parametrize(
@@ -585,12 +570,12 @@ def test_requests_waiting_for_capacity_with_nothing_running_stall_with_default_f
 def test_requests_the_engine_defers_are_never_owed(stub: StubEngine, tmp_path: Path, page: str, why: str) -> None:
     state = tmp_path / "probe.state"
     stub.routes["/metrics"] = Route((BUILT / page).read_bytes())
-    probe(stub, state)
+    probe_line(stub.url, state)
     rewind(state, 3600)
-    code, line = probe(stub, state)
+    code, line = probe_line(stub.url, state)
     assert (code, line) == (ExitCode.OK, "idle: 0 running, 2 waiting"), why
     # --include-waiting (always) is the operator's word against the engine's: then they count.
-    assert probe(stub, state, "--include-waiting")[1].startswith("suspect: 0 running, 2 waiting")
+    assert probe_line(stub.url, state, "--include-waiting")[1].startswith("suspect: 0 running, 2 waiting")
 
 
 def test_a_paused_engine_with_requests_queued_for_capacity_is_paused_not_stalled(
@@ -600,9 +585,9 @@ def test_a_paused_engine_with_requests_queued_for_capacity_is_paused_not_stalled
     state = tmp_path / "probe.state"
     stub.routes["/metrics"] = Route((BUILT / "vllm-0.32-capacity-nothing-running.prom").read_bytes())
     stub.routes["/is_paused"] = Route(b'{"is_paused": true}')
-    probe(stub, state)
+    probe_line(stub.url, state)
     rewind(state, 600)
-    code, line = probe(stub, state)
+    code, line = probe_line(stub.url, state)
     assert (code, line.split(";")[0]) == (ExitCode.OK, "paused: 0 running, 3 waiting")
 
 
@@ -636,9 +621,9 @@ def test_sglang_page_of_a_stale_batch_is_judged_by_the_schedulers_own_counts(
     stub.routes["/metrics"] = Route((BUILT / "sglang-0.5.23-decode-disagg-stale-gauges.prom").read_bytes())
     if live is not None:
         stub.routes["/v1/loads"] = live
-    probe(stub, state)
+    probe_line(stub.url, state)
     rewind(state, 600)
-    code, line = probe(stub, state)
+    code, line = probe_line(stub.url, state)
     assert line.split(":")[0] == verdict, line
     assert code == (ExitCode.STALLED if verdict == "stalled" else ExitCode.OK)
     assert stub.count("/v1/loads") == 1  # asked once: when the page alone looked stuck
@@ -651,19 +636,19 @@ def test_a_health_route_that_gives_no_answer_is_excused_like_a_silent_page(stub:
     state = tmp_path / "probe.state"
     stub.set(running=4, generation_step=5)  # the engine moves: only the health route can drain it
     stub.routes["/health"] = Route(b"", delay=3)
-    code, line = probe(stub, state, "--ready")
+    code, line = probe_line(stub.url, state, "--ready")
     assert (code, line.split(";")[0]) == (ExitCode.OK, "ready: baseline: 4 running, 0 waiting")
     assert f"; health {stub.base}/health: no complete answer within 1 s (for 0.0 s; drained at 30 s)" in line
     rewind(state, 20)
-    assert probe(stub, state, "--ready")[0] == ExitCode.OK
+    assert probe_line(stub.url, state, "--ready")[0] == ExitCode.OK
     rewind(state, 15)
-    code, line = probe(stub, state, "--ready")
+    code, line = probe_line(stub.url, state, "--ready")
     assert code == ExitCode.STALLED
     assert line.startswith(f"not ready: health {stub.base}/health: no complete answer within 1 s; no answer for 3")
     stub.routes["/health"] = Route(b"")  # it answers again: ready at once
-    assert probe(stub, state, "--ready")[0] == ExitCode.OK
+    assert probe_line(stub.url, state, "--ready")[0] == ExitCode.OK
     stub.routes["/health"] = Route(b"", status=503)  # an error status: not serving, at once
-    code, line = probe(stub, state, "--ready")
+    code, line = probe_line(stub.url, state, "--ready")
     assert (code, line) == (ExitCode.STALLED, f"not ready: health {stub.base}/health: HTTP 503 Service Unavailable")
 
 
@@ -689,7 +674,7 @@ def test_an_engine_that_moves_tokens_and_finishes_nothing_is_thrashing_said_not_
     verdicts = []
     for minute in range(12):
         stub.routes["/metrics"] = Route(thrashing_page(minute))
-        code, line = probe(stub, state)
+        code, line = probe_line(stub.url, state)
         verdicts.append((code, line.split(":")[0]))
         rewind(state, 60)
     assert verdicts == [(0, "baseline")] + [(0, "saturated")] * 9 + [(0, "thrashing")] * 2
@@ -698,15 +683,15 @@ def test_an_engine_that_moves_tokens_and_finishes_nothing_is_thrashing_said_not_
     assert line.endswith(": page; restarted only with --fail-thrashing-after"), line
     # Readiness keeps it: a whole pool thrashing at once would be emptied.
     stub.routes["/metrics"] = Route(thrashing_page(12))
-    assert probe(stub, state, "--ready")[0] == ExitCode.OK
+    assert probe_line(stub.url, state, "--ready")[0] == ExitCode.OK
     # The operator's opt-in: past that window, stalled (liveness fails, readiness drains).
     for minute, flags in ((13, ()), (14, ("--ready",))):
         stub.routes["/metrics"] = Route(thrashing_page(minute))
-        code, line = probe(stub, state, "--fail-thrashing-after", "600", *flags)
+        code, line = probe_line(stub.url, state, "--fail-thrashing-after", "600", *flags)
         assert code == ExitCode.STALLED, line
         assert "thrashing: no request finished for 1" in line
         assert line.endswith("while its tokens moved, past --fail-thrashing-after"), line
     # A request finishes: a new period, and it is merely saturated again.
     stub.routes["/metrics"] = Route(thrashing_page(15, finished=101))
-    code, line = probe(stub, state, "--fail-thrashing-after", "600")
+    code, line = probe_line(stub.url, state, "--fail-thrashing-after", "600")
     assert (code, line.split(":")[0]) == (ExitCode.OK, "saturated")
