@@ -190,6 +190,23 @@ def test_a_dialect_change_judges_against_no_history_and_keeps_the_new_dialect() 
     )
 
 
+@pytest.mark.parametrize("known", [None, {}, {"": State(Sample(4, 100, 50, 5.0))}], ids=["none", "empty", "unnamed"])
+def test_a_look_with_no_answer_is_every_remembered_engine_not_answering(known: dict[str, State] | None) -> None:
+    """A run whose look got no answer knew no engine when it started (here: none, or the one engine of an
+    unlabelled page), and the other kind of run saved engine "0" meanwhile: the silence is "0"'s, whose
+    stall clock goes on, never a new engine "" in its place (the next answer would start "0" again)."""
+    frozen = State(Sample(4, 100, 50, 5.0), stall_since=5.0)
+    memory = Memory({"0": frozen}, dialect="vllm")
+    judgment = judge(RULES, memory, silent(known, 200.0, "scrape http://e/metrics: no complete answer within 3 s"))
+    assert list(judgment.memory.states or {}) == ["0"]
+    assert judgment.result.engines["0"].stalled_for == 195.0
+    assert judgment.result.verdict is Verdict.STALLED
+    assert judgment.code == ExitCode.STALLED
+    # with nothing remembered, the silence is the look's own engines'
+    alone = judge(RULES, Memory(), silent(known, 200.0, "no answer"))
+    assert list(alone.memory.states or {}) == (list(known) if known else [""])
+
+
 def test_a_canary_sent_at_a_look_is_remembered() -> None:
     judgment = judge(RULES, remembered(Sample(0, 90, 50, 5.0)), seen(Sample(0, 90, 50, 10.0), canary_at=9.5))
     assert judgment.memory.facts == {CANARY_AT: 9.5}

@@ -322,7 +322,13 @@ def judge(rules: Rules, memory: Memory, seen: Observation, *, ready: bool = Fals
     if seen.dialect is not None and memory.dialect and seen.dialect.name != memory.dialect:
         states, first = None, f"now a {seen.dialect.name} page"  # another engine answers: nothing to compare
     rules = rules.of_engine(seen.dialect or dialect_named(memory.dialect))
-    result = rules.assess(states, seen.samples)
+    samples = seen.samples
+    if states and seen.unanswered:
+        # A look that got no answer names no engine of its own: it is every remembered engine that did not
+        # answer (the look may have started before another run saved them: liveness and readiness share
+        # the memory), so none of them loses its stall clock.
+        samples = {name: Sample(0, 0, 0, seen.t, answered=False) for name in states}
+    result = rules.assess(states, samples)
     facts = dict(memory.facts)
     if seen.canary_at is not None:
         facts[CANARY_AT] = seen.canary_at
