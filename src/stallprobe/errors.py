@@ -24,11 +24,11 @@ __all__ = [
     "StateFileError",
     "UsageError",
     "exit_lines",
-    "shown",
+    "shown_path",
 ]
 
 
-def shown(path: str) -> str:
+def shown_path(path: str) -> str:
     """A path or a word from outside as an error's one line shows it: as it is, or quoted when it holds
     what would break the line (a newline, a control character)."""
     return path if path.isprintable() else repr(path)

@@ -37,7 +37,7 @@ import subprocess
 import zipfile
 from pathlib import Path
 
-from .errors import UsageError, shown
+from .errors import UsageError, shown_path
 from .launcher import BOOT, MAIN, SHEBANG
 
 __all__ = ["HOT", "SOMETIMES", "TOOLS", "PythonNotHere", "build", "bytecode"]
@@ -141,7 +141,7 @@ def _compile(python: str, job: dict[str, object]) -> tuple[int, str, str]:
     import os
     import signal
 
-    named = shown(python)
+    named = shown_path(python)
     try:
         proc = subprocess.Popen(
             [python, "-I", "-S", "-c", COMPILE],
@@ -176,7 +176,7 @@ def bytecode(python: str, entries: list[tuple[str, bytes]]) -> tuple[str, bytes]
     it cannot be run, fails, hangs, or answers as no Python does."""
     sources = {name: data.decode("utf-8") for name, data in entries if name in HOT}
     status, out, last = _compile(python, {"boot": BOOT, "modules": sources})
-    named = shown(python)
+    named = shown_path(python)
     if status != 0:
         raise UsageError(f"--python {named} could not compile the probe: {last or f'exit status {status}'}")
     try:

@@ -21,7 +21,7 @@ import sys
 from ..buildinfo import version_line
 from ..console import abandon_stdout, tell
 from ..engines import ENGINE_NAMES
-from ..errors import ExitCode, InjectError, OutputError, shown
+from ..errors import ExitCode, InjectError, OutputError, shown_path
 from ..helppage import help_page
 from ..options import INJECT
 from ..serving import Address, address, default_address
@@ -62,7 +62,7 @@ def _read(path: str, flag: str, limit: int) -> bytes:
         with open(path, "rb") as f:
             return f.read(limit + 1)
     except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
-        raise InjectError(f"{flag} {shown(path)}: {getattr(exc, 'strerror', None) or exc}") from None
+        raise InjectError(f"{flag} {shown_path(path)}: {getattr(exc, 'strerror', None) or exc}") from None
 
 
 def _input(filename: str) -> str:
@@ -89,7 +89,7 @@ def _pyz(config: InjectConfig, log: list[str]) -> bytes:
     if path is not None:
         pyz = _read(path, "--pyz", MAX_PYZ)
         if len(pyz) > MAX_PYZ:
-            raise InjectError(f"--pyz {shown(path)} is larger than 1 MiB, more than a ConfigMap holds")
+            raise InjectError(f"--pyz {shown_path(path)} is larger than 1 MiB, more than a ConfigMap holds")
         said = _verified(path, pyz, config.pyz_sha256)
         if said:
             log.append(said)
@@ -128,13 +128,14 @@ def _verified(path: str, pyz: bytes, expected: str | None) -> str:
         text = decode(_read(sums, SUMS, MAX_PYZ))
         listed = [line.split()[0].lower() for line in text.splitlines() if line.split()[1:] in ([name], [f"*{name}"])]
         if len(listed) != 1:
-            raise InjectError(f"--pyz {shown(path)}: {shown(sums)} lists no {name} once: give --pyz-sha256 HEX")
-        expected, source = listed[0], shown(sums)
+            listing = shown_path(sums)
+            raise InjectError(f"--pyz {shown_path(path)}: {listing} lists no {name} once: give --pyz-sha256 HEX")
+        expected, source = listed[0], shown_path(sums)
     if actual != expected:
         raise InjectError(
-            f"--pyz {shown(path)}: its sha256 is {actual}, not the {expected} {source} says: nothing written"
+            f"--pyz {shown_path(path)}: its sha256 is {actual}, not the {expected} {source} says: nothing written"
         )
-    return f"--pyz {shown(path)}: sha256 {actual}, as {source} says"
+    return f"--pyz {shown_path(path)}: sha256 {actual}, as {source} says"
 
 
 def _emit(text: str) -> None:
