@@ -327,7 +327,7 @@ def judge(rules: Rules, memory: Memory, seen: Observation, *, ready: bool = Fals
         # A look that got no answer names no engine of its own: it is every remembered engine that did not
         # answer (the look may have started before another run saved them: liveness and readiness share
         # the memory), so none of them loses its stall clock.
-        samples = {name: Sample(0, 0, 0, seen.t, answered=False) for name in states}
+        samples = silent(states, seen.t, seen.unanswered).samples
     result = rules.assess(states, samples)
     facts = dict(memory.facts)
     if seen.canary_at is not None:
