@@ -39,7 +39,7 @@ from .report import look_line, num, ready_line, secs, verdict_code
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterable, Mapping
 
     from .detector import EnginesAssessment, State
     from .engines import Dialect
@@ -196,8 +196,12 @@ class Observation:
 def silent(previous: Mapping[str, State] | None, now: float, why: str) -> Observation:
     """No answer in time: a sample without numbers for every engine seen before (a slow answer is not a
     wedge; the detector runs the stall clock from the last answer)."""
-    names = list(previous) if previous else [""]
-    return Observation(None, {name: Sample(0, 0, 0, now, answered=False) for name in names}, unanswered=why)
+    return Observation(None, _no_answer(list(previous) if previous else [""], now), unanswered=why)
+
+
+def _no_answer(names: Iterable[str], now: float) -> dict[str, Sample]:
+    """A sample without numbers, at `now`, for each engine named."""
+    return {name: Sample(0, 0, 0, now, answered=False) for name in names}
 
 
 class Memory:
@@ -327,7 +331,7 @@ def judge(rules: Rules, memory: Memory, seen: Observation, *, ready: bool = Fals
         # A look that got no answer names no engine of its own: it is every remembered engine that did not
         # answer (the look may have started before another run saved them: liveness and readiness share
         # the memory), so none of them loses its stall clock.
-        samples = silent(states, seen.t, seen.unanswered).samples
+        samples = _no_answer(states, seen.t)
     result = rules.assess(states, samples)
     facts = dict(memory.facts)
     if seen.canary_at is not None:
