@@ -407,7 +407,14 @@ INJECT_CASES: list[tuple[str, list[str], bytes, int, str]] = [
     ("port abc", [*PRINT, "abc"], b"", 2, PORT.format("abc")),
     ("port 65535", [*PRINT, "65535", "--pyz", os.devnull], b"", 0, ""),
     # The image's interpreter, which this machine need not have: the archive goes without its bytecode.
-    ("--python missing", ["--python", "/nonexistent/python"], DEPLOY, 0, ""),
+    (
+        "--python missing",
+        ["--python", "/nonexistent/python"],
+        DEPLOY,
+        0,
+        "--python /nonexistent/python: No such file or directory here: the archive ships without bytecode for it "
+        "(the probe then reads its sources, ~10 ms more CPU a run); the pods' probes run /nonexistent/python",
+    ),
     (
         "--python fails",
         ["--python", "/bin/false"],
@@ -502,7 +509,14 @@ INJECT_CASES: list[tuple[str, list[str], bytes, int, str]] = [
         2,
         "--pyz /dev/zero is larger than 1 MiB, more than a ConfigMap holds",
     ),
-    ("--check with changes", ["--check"], DEPLOY, 6, ""),
+    (
+        "--check with changes",
+        ["--check"],
+        DEPLOY,
+        6,
+        "leaderworkerset/vllm worker container vllm-worker: skipped: a LeaderWorkerSet worker: it joins the "
+        "leader's engine and serves no HTTP",
+    ),
     (
         "--no-ready and --drain-after",
         ["--no-ready", "--drain-after", "30"],
@@ -518,12 +532,6 @@ INJECT_CASES: list[tuple[str, list[str], bytes, int, str]] = [
         2,
         f"--period must be a whole number >= 1 (got {'9' * 200!r}...)",  # a line stays short
     ),
-    # Not errors: an empty input (a chart whose every template is switched off renders nothing, and Helm
-    # still runs its post-renderer: failing there would fail the release) and a mapping that is no
-    # Kubernetes object pass through as they came, as every document inject has nothing to do with.
-    ("empty input", [], b"", 0, ""),
-    ("only comments", [], b"# nothing here\n", 0, ""),
-    ("a mapping without kind", [], b"a: 1\n", 0, ""),
 ]
 
 
@@ -538,10 +546,28 @@ def test_inject_answers_each_bad_input_with_its_code_and_one_line(
     result = run(["inject", *(word.format(**files) for word in argv)], stdin)
     INJECT_ROW.check(result)
     assert result.code == code, result
-    if line:
-        assert result.err == f"stallprobe inject: {line.format(**files)}\n"
-    elif code == ExitCode.OK and not argv:
-        assert result.out == stdin.decode()  # passed through as it came
+    said = f"stallprobe inject: {line.format(**files)}"
+    if code in INJECT_ROW.results:
+        # It answered: a line of stderr is the row's (none at all for a row without one), and the
+        # manifests (or the probe) went to stdout, but for --check, which writes none.
+        assert (said in result.err.splitlines()) if line else (result.err == ""), result
+        assert (result.out != "") is (code == ExitCode.OK), result
+    else:  # an error: its one line, and nothing written
+        assert (result.err, result.out) == (f"{said}\n", ""), result
+
+
+# Not errors: an empty input (a chart whose every template is switched off renders nothing, and Helm still
+# runs its post-renderer: failing there would fail the release) and a mapping that is no Kubernetes object
+# pass through as they came, as every document inject has nothing to do with.
+@pytest.mark.parametrize("stdin", [b"", b"# nothing here\n", b"a: 1\n"], ids=["empty", "only comments", "no kind"])
+def test_inject_passes_through_what_it_has_nothing_to_do_with(stdin: bytes) -> None:
+    result = run(["inject", "--pyz", os.devnull], stdin)
+    INJECT_ROW.check(result)
+    assert result == Run(
+        ExitCode.OK,
+        stdin.decode(),
+        "stallprobe inject: no inference container found: nothing injected (--container NAME picks one)\n",
+    )
 
 
 def test_a_python_this_machine_lacks_is_the_pods_and_ships_no_bytecode() -> None:
