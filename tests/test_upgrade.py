@@ -5,8 +5,8 @@ injected with one build, then with a release's build checked against its SHA256S
 docs' prune command run over what a cluster would hold after each.
 
 The cluster is not here: the prune command's `kubectl` is a stand-in that answers `get` from the documents
-this test gives it, in kubectl's own JSON layout (4-space indent, `"key": "value"`); the command strips the
-blanks before it greps.
+this test gives it, in kubectl's own JSON layout (4-space indent, `"key": "value"`, each object's keys
+sorted, as Go prints a map); the command strips the blanks before it greps.
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ if "configmap" in args:
     print("\\n".join("configmap/" + name for name in json.loads(os.environ["FAKE_CONFIGMAPS"])))
 else:
     objects = json.loads(os.environ["FAKE_OBJECTS"])
-    print(json.dumps({"apiVersion": "v1", "items": objects, "kind": "List"}, indent=4))
+    print(json.dumps({"apiVersion": "v1", "items": objects, "kind": "List"}, indent=4, sort_keys=True))
 """
 
 
@@ -97,7 +97,9 @@ def prune(tmp_path: Path, objects: list[dict[str, Any]], names: list[str]) -> li
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     command = prune_command()
-    tool = command.splitlines()[1].split()[0]  # the cluster's client the docs' command calls (kubectl)
+    called = re.search(r"^([a-z]+) -n ", command, re.MULTILINE)  # the cluster's client the command calls
+    assert called is not None, command
+    tool = called.group(1)
     fake = bin_dir / tool
     fake.write_text(f"#!{sys.executable}\n{KUBECTL}")
     fake.chmod(0o755)
@@ -169,3 +171,14 @@ def test_roll_forward_roll_back_and_prune(tmp_path: Path) -> None:
     assert prune(tmp_path, cluster, [old, new]) == [f"kubectl -n inference delete configmap/{old}"]
     # every build mounted: nothing to delete
     assert prune(tmp_path, [forward, replicaset(before, 1)], [old, new]) == []
+    # a pod of someone's own that mounts 0.1.0's ConfigMap with items, and one through a projected volume
+    own = {"name": "stallprobe", "items": [{"key": "stallprobe.pyz", "path": "stallprobe.pyz"}], "defaultMode": 292}
+    pods = [
+        {"kind": "Pod", "metadata": {"name": "a"}, "spec": {"volumes": [{"name": "v", "configMap": own}]}},
+        {
+            "kind": "Pod",
+            "metadata": {"name": "b"},
+            "spec": {"volumes": [{"name": "v", "projected": {"sources": [{"configMap": {"name": old}}]}}]},
+        },
+    ]
+    assert prune(tmp_path, [*pods, replicaset(forward, 2)], ["stallprobe", old, new]) == []
