@@ -132,6 +132,19 @@ def probe_line(url: str, state: str | Path, *args: str, env: dict[str, str] | No
     return result.returncode, result.stdout.rstrip("\n")
 
 
+def run_inject(text: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """`stallprobe inject ARGS` as an operator runs it, `text` on its stdin: its exit code, the manifests
+    it wrote and what it said on stderr."""
+    return subprocess.run(
+        [sys.executable, "-m", "stallprobe", "inject", *args],
+        input=text,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
 # Real pages written by real servers, each with where it came from in tests/fixtures/real/SOURCES.md.
 FIXTURES = REPO / "tests" / "fixtures" / "real"
 

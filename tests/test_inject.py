@@ -22,7 +22,7 @@ from unittest import mock
 import pytest
 import yaml
 
-from conftest import REPO, clean_env, configmap_volume, rewind, validate
+from conftest import REPO, clean_env, configmap_volume, rewind, run_inject, validate
 from stallprobe.errors import ExitCode
 from stallprobe.inject import LAUNCHER_PATH, Choice, InjectConfig, decide, engine_of, inject, read_documents
 from stallprobe.inject.core import TEMPLATE_PATHS
@@ -76,17 +76,6 @@ def workload(kind: str, spec: dict[str, Any], namespace: str | None = "inference
     if kind == "StatefulSet":
         body["serviceName"] = "llm"
     return {"apiVersion": "apps/v1", "kind": kind, "metadata": metadata, "spec": body}
-
-
-def run_inject(text: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "stallprobe", "inject", *args],
-        input=text,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
 
 
 def probe_of(doc: dict[str, Any], path: tuple[str, ...] = ("spec", "template", "spec")) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from conftest import REPO, validate
+from conftest import REPO, run_inject, validate
 from stallprobe.engines import dialect_named
 from stallprobe.errors import ExitCode
 from stallprobe.launcher import launcher
@@ -33,14 +33,8 @@ EMPTY = "stallprobe-" + hashlib.sha256(launcher().encode()).hexdigest()[:10]
 
 
 def run(text: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "stallprobe", "inject", "--pyz", os.devnull, *args],
-        input=text,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    """inject with the empty build (EMPTY)."""
+    return run_inject(text, "--pyz", os.devnull, *args)
 
 
 def split(text: str) -> list[str]:

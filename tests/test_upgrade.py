@@ -23,24 +23,13 @@ from typing import Any
 
 import yaml
 
-from conftest import REPO
+from conftest import REPO, run_inject
 from stallprobe.inject.core import KEEP
 from stallprobe.pyz import build
 
 MANIFEST = REPO / "tests" / "fixtures" / "manifests" / "gaie-vllm-gpu-deployment-092fdaa.yaml"
 EARLIER = REPO / "tests" / "fixtures" / "inject-golden" / "fixed.pyz"  # a build of an earlier version
 DOCS = REPO / "docs" / "kubernetes.md"
-
-
-def inject(text: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "stallprobe", "inject", *args],
-        input=text,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
 
 
 def documents(text: str) -> list[dict[str, Any]]:
@@ -123,7 +112,7 @@ def prune(tmp_path: Path, objects: list[dict[str, Any]], names: list[str]) -> li
 
 def test_roll_forward_roll_back_and_prune(tmp_path: Path) -> None:
     # 1. The first install, with an earlier version's build.
-    first = inject(MANIFEST.read_text(), "--pyz", str(EARLIER))
+    first = run_inject(MANIFEST.read_text(), "--pyz", str(EARLIER))
     assert first.returncode == 0, first.stderr
     one = configmaps(documents(first.stdout))
     (old,) = one
@@ -136,7 +125,7 @@ def test_roll_forward_roll_back_and_prune(tmp_path: Path) -> None:
     (dist / "stallprobe.pyz").write_bytes(build())
     digest = hashlib.sha256((dist / "stallprobe.pyz").read_bytes()).hexdigest()
     (dist / "SHA256SUMS").write_text(f"{digest}  stallprobe.pyz\n")
-    second = inject(first.stdout, "--pyz", str(dist / "stallprobe.pyz"))
+    second = run_inject(first.stdout, "--pyz", str(dist / "stallprobe.pyz"))
     assert second.returncode == 0, second.stderr
     assert f"sha256 {digest}, as {dist / 'SHA256SUMS'} says" in second.stderr
     two = configmaps(documents(second.stdout))
@@ -155,7 +144,7 @@ def test_roll_forward_roll_back_and_prune(tmp_path: Path) -> None:
 
     # 3. Roll back in the manifests: the earlier archive, checked against its sha256.
     earlier_sum = hashlib.sha256(EARLIER.read_bytes()).hexdigest()
-    back = inject(second.stdout, "--pyz", str(EARLIER), "--pyz-sha256", earlier_sum)
+    back = run_inject(second.stdout, "--pyz", str(EARLIER), "--pyz-sha256", earlier_sum)
     assert back.returncode == 0, back.stderr
     three = configmaps(documents(back.stdout))
     assert three == two  # both builds, as they were
