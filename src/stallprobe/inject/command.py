@@ -126,7 +126,8 @@ def _verified(path: str, pyz: bytes, expected: str | None) -> str:
             return ""
         name = os.path.basename(path)
         text = decode(_read(sums, SUMS, MAX_PYZ))
-        listed = [line.split()[0].lower() for line in text.splitlines() if line.split()[1:] in ([name], [f"*{name}"])]
+        entries = (line.split() for line in text.splitlines())  # `HEX  NAME`, or `HEX *NAME` (binary mode)
+        listed = [words[0].lower() for words in entries if words[1:] in ([name], [f"*{name}"])]
         if len(listed) != 1:
             listing = shown_path(sums)
             raise InjectError(f"--pyz {shown_path(path)}: {listing} lists no {name} once: give --pyz-sha256 HEX")
